@@ -1,0 +1,4 @@
+#ifndef TOLLGATE_CLIBPQ_SHIM_H
+#define TOLLGATE_CLIBPQ_SHIM_H
+#include <libpq-fe.h>
+#endif

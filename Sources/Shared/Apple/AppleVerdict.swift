@@ -1,0 +1,62 @@
+/// What one verifyReceipt call means for the job (issue #3's table, one row per case).
+public enum AppleVerdict: Sendable, Equatable {
+    /// Status 0: go on to the checks of the answer.
+    case valid(AppleAnswer)
+    /// 21007: the receipt is from the sandbox; ask the sandbox URL.
+    case askSandbox
+    /// 21008: the receipt is from production; ask the production URL.
+    case askProduction
+    /// Final refusal.
+    case reject(JobReason, detail: String)
+    /// Final failure that an operator must look at (dead-lettered at once).
+    case fail(JobReason, detail: String)
+    /// Try again later, at most `attemptLimit` attempts in all (the policy's limit when `nil`); once
+    /// exhausted the job ends as `exhausted`.
+    case retry(detail: String, attemptLimit: Int?, exhausted: Exhaustion)
+
+    /// How a job ends when its retries run out.
+    public enum Exhaustion: Sendable, Equatable {
+        case rejected(JobReason)
+        case failed(JobReason)
+    }
+
+    /// Attempts allowed for statuses Apple documents as passing (21002 in outages), and for unknown ones.
+    public static let malformedReceiptAttempts = 3
+    /// Attempts allowed for a status Apple does not document.
+    public static let unknownStatusAttempts = 5
+
+    /// Classifies an answer that arrived as well-formed JSON.
+    public static func classify(_ answer: AppleAnswer) -> AppleVerdict {
+        let detail = "apple status \(answer.status)"
+        switch answer.status {
+        case 0:
+            return .valid(answer)
+        case 21007:
+            return .askSandbox
+        case 21008:
+            return .askProduction
+        case 21000, 21003, 21010:
+            return .reject(.invalidReceipt, detail: detail)
+        case 21002:
+            // Apple has answered 21002 for good receipts during outages: a few tries before believing it.
+            return .retry(detail: detail, attemptLimit: Self.malformedReceiptAttempts, exhausted: .rejected(.invalidReceipt))
+        case 21004:
+            return .fail(.sharedSecretMismatch, detail: detail)
+        case 21005, 21009:
+            return .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable))
+        case 21006:
+            return .reject(.expired, detail: detail)
+        case 21100...21199:
+            return answer.isRetryable
+                ? .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable))
+                : .fail(.appleUnavailable, detail: detail)
+        default:
+            return .retry(detail: detail, attemptLimit: Self.unknownStatusAttempts, exhausted: .failed(.appleUnavailable))
+        }
+    }
+
+    /// Classifies a call that produced no usable JSON: HTTP errors, timeouts, broken connections, HTML.
+    public static func transportFailure(_ detail: String) -> AppleVerdict {
+        .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable))
+    }
+}

@@ -1,0 +1,87 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+
+/// Calls Apple's verifyReceipt (or the emulator) and classifies each answer.
+///
+/// TLS certificates are always verified (async-http-client's default); there is no switch to turn that off.
+public struct VerifyReceiptClient: Sendable {
+    /// Apple's two endpoints.
+    public enum Environment: String, Sendable {
+        case production = "Production"
+        case sandbox = "Sandbox"
+    }
+
+    private let http: HTTPClient
+    private let productionURL: String
+    private let sandboxURL: String
+    private let timeout: TimeAmount
+    /// The largest answer read; receipts with hundreds of entries are far below it.
+    private let maxAnswerBytes = 16 << 20
+
+    /// Creates a client over a shared `HTTPClient`.
+    public init(http: HTTPClient, productionURL: String, sandboxURL: String, timeoutMilliseconds: Int) {
+        self.http = http
+        self.productionURL = productionURL
+        self.sandboxURL = sandboxURL
+        self.timeout = .milliseconds(Int64(timeoutMilliseconds))
+    }
+
+    /// The request body Apple documents ("requestBody").
+    struct RequestBody: Encodable {
+        let receiptData: String
+        let password: String?
+        let excludeOldTransactions: Bool?
+
+        enum CodingKeys: String, CodingKey {
+            case receiptData = "receipt-data"
+            case password
+            case excludeOldTransactions = "exclude-old-transactions"
+        }
+    }
+
+    /// One call to one environment, classified. Never throws: every failure is a verdict.
+    public func verify(
+        receiptData: String, password: String?, excludeOldTransactions: Bool, environment: Environment
+    ) async -> AppleVerdict {
+        let url = environment == .production ? self.productionURL : self.sandboxURL
+        let body: Data
+        do {
+            body = try JSONEncoder().encode(
+                RequestBody(receiptData: receiptData, password: password, excludeOldTransactions: excludeOldTransactions ? true : nil)
+            )
+        } catch {
+            return .fail(.internal, detail: "cannot encode the request")
+        }
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "Accept", value: "application/json")
+        request.body = .bytes(ByteBuffer(bytes: body))
+        let response: HTTPClientResponse
+        let bytes: ByteBuffer
+        do {
+            response = try await self.http.execute(request, timeout: self.timeout)
+            bytes = try await response.body.collect(upTo: self.maxAnswerBytes)
+        } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
+            return .transportFailure("\(environment.rawValue): timeout")
+        } catch is NIOTooManyBytesError {
+            return .transportFailure("\(environment.rawValue): answer larger than \(self.maxAnswerBytes) bytes")
+        } catch {
+            return .transportFailure("\(environment.rawValue): \(Self.describe(error))")
+        }
+        guard response.status == .ok else {
+            return .transportFailure("\(environment.rawValue): HTTP \(response.status.code)")
+        }
+        guard let answer = try? JSONDecoder().decode(AppleAnswer.self, from: Data(bytes.readableBytesView)) else {
+            return .transportFailure("\(environment.rawValue): the answer is not verifyReceipt JSON")
+        }
+        return AppleVerdict.classify(answer)
+    }
+
+    /// A short description of a transport error, without URLs' query strings or bodies.
+    private static func describe(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError { return "\(error)" }
+        return String(describing: type(of: error))
+    }
+}

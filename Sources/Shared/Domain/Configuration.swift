@@ -1,0 +1,168 @@
+import Foundation
+
+/// Everything a Tollgate process reads from its environment (CONTRACT.md, "Configuration").
+///
+/// Parsing validates every value up front, so a process with a bad value stops at start with one
+/// ``ConfigurationError`` naming the variable, not later in the middle of a request.
+public struct Configuration: Sendable {
+    /// `TOLLGATE_DATABASE_URL`.
+    public var databaseURL: String
+    /// `TOLLGATE_REDIS_URL`, parsed.
+    public var redis: RedisConfiguration
+    /// `TOLLGATE_HTTP_HOST`.
+    public var httpHost: String
+    /// `TOLLGATE_HTTP_PORT` (0 picks a free port).
+    public var httpPort: Int
+    /// `TOLLGATE_ADMIN_TOKEN`; `nil` disables the admin routes.
+    public var adminToken: String?
+    /// `TOLLGATE_APPLE_PRODUCTION_URL`.
+    public var appleProductionURL: String
+    /// `TOLLGATE_APPLE_SANDBOX_URL`.
+    public var appleSandboxURL: String
+    /// `TOLLGATE_APPLE_TIMEOUT_MS`.
+    public var appleTimeoutMilliseconds: Int
+    /// `TOLLGATE_WORKER_CONCURRENCY`.
+    public var workerConcurrency: Int
+    /// `TOLLGATE_QUEUE_PREFIX`.
+    public var queuePrefix: String
+    /// `TOLLGATE_METRICS_PORT` (worker; 0 picks a free port).
+    public var metricsPort: Int
+    /// `TOLLGATE_LOG_LEVEL`.
+    public var logLevel: LogLevel
+    /// `TOLLGATE_LOG_FORMAT`.
+    public var logFormat: LogFormat
+    /// `TOLLGATE_RETRY_BASE_MS`, `TOLLGATE_RETRY_MAX_DELAY_MS`, `TOLLGATE_RETRY_MAX_ATTEMPTS`, `TOLLGATE_RETRY_MAX_AGE_S`.
+    public var retry: RetryPolicy
+    /// `TOLLGATE_CLAIM_MIN_IDLE_MS`.
+    public var claimMinIdleMilliseconds: Int
+    /// `TOLLGATE_SHUTDOWN_GRACE_S`.
+    public var shutdownGraceSeconds: Int
+    /// `TOLLGATE_TOKEN_SECRET`; `nil` refuses customer tokens.
+    public var tokenSecret: String?
+    /// `TOLLGATE_RATE_LIMIT_PER_S` (0 disables the limit).
+    public var rateLimitPerSecond: Int
+    /// `TOLLGATE_RATE_LIMIT_BURST`.
+    public var rateLimitBurst: Int
+    /// `TOLLGATE_WORKER_NAME`: the consumer name in the stream's group. Defaults to host-pid-random, unique
+    /// per process; give a stable one (as systemd units do) to let a restarted worker resume its own entries.
+    public var workerName: String
+    /// `TOLLGATE_JOB_RETENTION_S`: how long a finished job's status stays in Redis (default 7 days).
+    public var jobRetentionSeconds: Int
+    /// `TOLLGATE_HTTP_PORT_FILE` / `TOLLGATE_METRICS_PORT_FILE`: where to write the port actually bound.
+    public var portFile: String?
+    /// `TOLLGATE_DATABASE_POOL_SIZE`: PostgreSQL connections per process.
+    public var databasePoolSize: Int
+    /// `TOLLGATE_REDIS_POOL_SIZE`: pipelined Redis connections per process.
+    public var redisPoolSize: Int
+
+    /// Log verbosity.
+    public enum LogLevel: String, Sendable, CaseIterable {
+        case trace, debug, info, notice, warning, error, critical
+    }
+
+    /// Log line format.
+    public enum LogFormat: String, Sendable, CaseIterable {
+        case json, text
+    }
+
+    /// Reads and validates the configuration.
+    /// - Parameters:
+    ///   - environment: the variables (the process environment by default).
+    ///   - portFileVariable: which `*_PORT_FILE` variable this process honours.
+    public init(
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        portFileVariable: String = "TOLLGATE_HTTP_PORT_FILE"
+    ) throws {
+        let reader = EnvironmentReader(environment)
+        self.databaseURL = try reader.string("TOLLGATE_DATABASE_URL", default: "postgres://tollgate@127.0.0.1:5432/tollgate")
+        guard self.databaseURL.hasPrefix("postgres://") || self.databaseURL.hasPrefix("postgresql://"),
+            URLComponents(string: self.databaseURL)?.host?.isEmpty == false
+        else {
+            throw ConfigurationError(variable: "TOLLGATE_DATABASE_URL", "expected postgres://user:pass@host:port/db")
+        }
+        self.redis = try RedisConfiguration(url: reader.string("TOLLGATE_REDIS_URL", default: "redis://127.0.0.1:6379/0"))
+        self.httpHost = try reader.string("TOLLGATE_HTTP_HOST", default: "127.0.0.1")
+        self.httpPort = try reader.int("TOLLGATE_HTTP_PORT", default: 8080, range: 0...65535)
+        self.adminToken = try reader.optionalSecret("TOLLGATE_ADMIN_TOKEN", minimumLength: 16)
+        self.appleProductionURL = try reader.url("TOLLGATE_APPLE_PRODUCTION_URL", default: "https://buy.itunes.apple.com/verifyReceipt")
+        self.appleSandboxURL = try reader.url("TOLLGATE_APPLE_SANDBOX_URL", default: "https://sandbox.itunes.apple.com/verifyReceipt")
+        self.appleTimeoutMilliseconds = try reader.int("TOLLGATE_APPLE_TIMEOUT_MS", default: 15_000, range: 1...600_000)
+        self.workerConcurrency = try reader.int("TOLLGATE_WORKER_CONCURRENCY", default: 256, range: 1...100_000)
+        self.queuePrefix = try reader.string("TOLLGATE_QUEUE_PREFIX", default: "tollgate")
+        guard self.queuePrefix.allSatisfy({ $0.isLetter || $0.isNumber || "-_.:".contains($0) }), self.queuePrefix.count <= 64 else {
+            throw ConfigurationError(variable: "TOLLGATE_QUEUE_PREFIX", "use at most 64 letters, digits, '-', '_', '.', ':'")
+        }
+        self.metricsPort = try reader.int("TOLLGATE_METRICS_PORT", default: 9464, range: 0...65535)
+        self.logLevel = try reader.choice("TOLLGATE_LOG_LEVEL", default: .info)
+        self.logFormat = try reader.choice("TOLLGATE_LOG_FORMAT", default: .json)
+        let base = try reader.int("TOLLGATE_RETRY_BASE_MS", default: 1000, range: 1...86_400_000)
+        let maxDelay = try reader.int("TOLLGATE_RETRY_MAX_DELAY_MS", default: 300_000, range: 1...86_400_000)
+        let attempts = try reader.int("TOLLGATE_RETRY_MAX_ATTEMPTS", default: 15, range: 1...1000)
+        let age = try reader.int("TOLLGATE_RETRY_MAX_AGE_S", default: 86_400, range: 1...31_536_000)
+        self.retry = RetryPolicy(baseMilliseconds: base, maxDelayMilliseconds: maxDelay, maxAttempts: attempts, maxAgeSeconds: age)
+        self.claimMinIdleMilliseconds = try reader.int("TOLLGATE_CLAIM_MIN_IDLE_MS", default: 60_000, range: 100...86_400_000)
+        self.shutdownGraceSeconds = try reader.int("TOLLGATE_SHUTDOWN_GRACE_S", default: 25, range: 0...3600)
+        self.tokenSecret = try reader.optionalSecret("TOLLGATE_TOKEN_SECRET", minimumLength: 32)
+        self.rateLimitPerSecond = try reader.int("TOLLGATE_RATE_LIMIT_PER_S", default: 1000, range: 0...10_000_000)
+        self.rateLimitBurst = try reader.int("TOLLGATE_RATE_LIMIT_BURST", default: 2000, range: 0...10_000_000)
+        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "worker"
+        let suffix = Hex.encode((0..<3).map { _ in UInt8.random(in: 0...255) })
+        self.workerName = try reader.string("TOLLGATE_WORKER_NAME", default: "\(host)-\(getpid())-\(suffix)")
+        self.jobRetentionSeconds = try reader.int("TOLLGATE_JOB_RETENTION_S", default: 604_800, range: 86_400...31_536_000)
+        self.portFile = environment[portFileVariable].flatMap { $0.isEmpty ? nil : $0 }
+        self.databasePoolSize = try reader.int("TOLLGATE_DATABASE_POOL_SIZE", default: 16, range: 1...1000)
+        self.redisPoolSize = try reader.int("TOLLGATE_REDIS_POOL_SIZE", default: 4, range: 1...256)
+    }
+}
+
+/// Reads typed values from environment variables, each failure naming its variable.
+struct EnvironmentReader {
+    let environment: [String: String]
+
+    init(_ environment: [String: String]) { self.environment = environment }
+
+    private func raw(_ name: String) -> String? {
+        guard let value = self.environment[name]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        return value
+    }
+
+    func string(_ name: String, default defaultValue: String) throws -> String {
+        self.raw(name) ?? defaultValue
+    }
+
+    func int(_ name: String, default defaultValue: Int, range: ClosedRange<Int>) throws -> Int {
+        guard let text = self.raw(name) else { return defaultValue }
+        guard let value = Int(text), range.contains(value) else {
+            throw ConfigurationError(variable: name, "expected a whole number in \(range.lowerBound)...\(range.upperBound), got '\(text)'")
+        }
+        return value
+    }
+
+    func url(_ name: String, default defaultValue: String) throws -> String {
+        let text = self.raw(name) ?? defaultValue
+        guard let components = URLComponents(string: text), ["http", "https"].contains(components.scheme ?? ""),
+            components.host?.isEmpty == false
+        else {
+            throw ConfigurationError(variable: name, "expected an http(s) URL, got '\(text)'")
+        }
+        return text
+    }
+
+    func choice<T: RawRepresentable & CaseIterable>(_ name: String, default defaultValue: T) throws -> T where T.RawValue == String {
+        guard let text = self.raw(name) else { return defaultValue }
+        guard let value = T(rawValue: text.lowercased()) else {
+            let allowed = T.allCases.map(\.rawValue).joined(separator: ", ")
+            throw ConfigurationError(variable: name, "expected one of \(allowed), got '\(text)'")
+        }
+        return value
+    }
+
+    /// A secret: its value never appears in the error.
+    func optionalSecret(_ name: String, minimumLength: Int) throws -> String? {
+        guard let text = self.raw(name) else { return nil }
+        guard text.utf8.count >= minimumLength else {
+            throw ConfigurationError(variable: name, "must be at least \(minimumLength) characters")
+        }
+        return text
+    }
+}

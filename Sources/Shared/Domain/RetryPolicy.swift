@@ -1,0 +1,42 @@
+/// Exponential backoff with full jitter, bounded by attempts and age (CONTRACT.md).
+public struct RetryPolicy: Sendable, Equatable {
+    /// `TOLLGATE_RETRY_BASE_MS`.
+    public var baseMilliseconds: Int
+    /// `TOLLGATE_RETRY_MAX_DELAY_MS`.
+    public var maxDelayMilliseconds: Int
+    /// `TOLLGATE_RETRY_MAX_ATTEMPTS`.
+    public var maxAttempts: Int
+    /// `TOLLGATE_RETRY_MAX_AGE_S`.
+    public var maxAgeSeconds: Int
+
+    /// Creates a policy.
+    public init(baseMilliseconds: Int, maxDelayMilliseconds: Int, maxAttempts: Int, maxAgeSeconds: Int) {
+        self.baseMilliseconds = baseMilliseconds
+        self.maxDelayMilliseconds = maxDelayMilliseconds
+        self.maxAttempts = maxAttempts
+        self.maxAgeSeconds = maxAgeSeconds
+    }
+
+    /// The cap of the delay after attempt number `attempt` (1-based): `min(max, base·2^attempt)`.
+    public func ceiling(afterAttempt attempt: Int) -> Int {
+        let exponent = min(max(attempt, 0), 40)
+        let (product, overflow) = self.baseMilliseconds.multipliedReportingOverflow(by: 1 << exponent)
+        return overflow ? self.maxDelayMilliseconds : min(self.maxDelayMilliseconds, product)
+    }
+
+    /// A delay drawn uniformly from `0...ceiling` (full jitter), so retries of many jobs spread out.
+    public func delay<G: RandomNumberGenerator>(afterAttempt attempt: Int, using generator: inout G) -> Int {
+        Int.random(in: 0...self.ceiling(afterAttempt: attempt), using: &generator)
+    }
+
+    /// A delay drawn with the system's generator.
+    public func delay(afterAttempt attempt: Int) -> Int {
+        var generator = SystemRandomNumberGenerator()
+        return self.delay(afterAttempt: attempt, using: &generator)
+    }
+
+    /// Whether a job may be tried again after `attempts` attempts, `ageMilliseconds` after it was accepted.
+    public func allowsAnotherAttempt(after attempts: Int, ageMilliseconds: Int) -> Bool {
+        attempts < self.maxAttempts && ageMilliseconds < self.maxAgeSeconds * 1000
+    }
+}

@@ -1,0 +1,54 @@
+/// An error from PostgreSQL or from talking to it.
+///
+/// Server errors carry the SQLSTATE (`23505` is a unique violation) and PostgreSQL's primary message;
+/// they never carry bound parameter values, so no secret reaches a log through them.
+public struct PostgresError: Error, Equatable, CustomStringConvertible {
+    /// What kind of failure this is.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        fileprivate enum Base: String, Hashable, Sendable {
+            case connection, server, decoding, closed
+        }
+
+        fileprivate let base: Base
+
+        /// The server could not be reached, or the connection broke.
+        public static let connection = Code(base: .connection)
+        /// The server refused the statement; see ``PostgresError/sqlState``.
+        public static let server = Code(base: .server)
+        /// A value in a row is not of the Swift type asked for.
+        public static let decoding = Code(base: .decoding)
+        /// The client was shut down.
+        public static let closed = Code(base: .closed)
+
+        public var description: String { self.base.rawValue }
+    }
+
+    /// The kind of failure.
+    public let code: Code
+    /// The five-character SQLSTATE for server errors.
+    public let sqlState: String?
+    /// A description for people.
+    public let message: String
+
+    /// Creates an error.
+    public init(_ code: Code, sqlState: String? = nil, _ message: String) {
+        self.code = code
+        self.sqlState = sqlState
+        self.message = message
+    }
+
+    /// SQLSTATE 23505: a unique constraint refused the row.
+    public var isUniqueViolation: Bool { self.sqlState == "23505" }
+
+    /// Whether the failure is one of reaching PostgreSQL rather than of the statement.
+    public var isConnectionFailure: Bool {
+        self.code == .connection || self.code == .closed
+            // Class 08 is connection exceptions; 57P01-57P03 are shutdowns and "cannot connect now".
+            || (self.sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") } ?? false)
+    }
+
+    public var description: String {
+        if let sqlState { return "PostgreSQL \(self.code) \(sqlState): \(self.message)" }
+        return "PostgreSQL \(self.code): \(self.message)"
+    }
+}

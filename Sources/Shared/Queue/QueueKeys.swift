@@ -1,0 +1,64 @@
+import Crypto
+import Foundation
+
+/// The Redis key layout of one deployment (`TOLLGATE_QUEUE_PREFIX`).
+///
+/// Every key carries the hash tag `{q}`, so all keys one script touches live in one Redis Cluster slot
+/// and the scripts run unchanged on a cluster.
+public struct QueueKeys: Sendable, Equatable {
+    /// The deployment's prefix.
+    public let prefix: String
+    /// The stream of jobs waiting for (or held by) workers.
+    public let stream: String
+    /// The workers' consumer group on ``stream``.
+    public let group = "workers"
+    /// Delayed retries: job ids scored by due time (Unix ms).
+    public let retry: String
+    /// Dead letters: one entry per failed job.
+    public let dead: String
+    /// Prefix of the per-job status hashes.
+    public let jobPrefix: String
+
+    /// Creates the layout for a prefix.
+    public init(prefix: String) {
+        self.prefix = prefix
+        self.stream = "\(prefix):{q}:jobs"
+        self.retry = "\(prefix):{q}:retry"
+        self.dead = "\(prefix):{q}:dead"
+        self.jobPrefix = "\(prefix):{q}:job:"
+    }
+
+    /// The status hash of a job.
+    public func job(_ jobId: String) -> String { self.jobPrefix + jobId }
+
+    /// The key that makes a submission idempotent: publisher, transaction (or receipt digest), customer, offer.
+    public func dedup(for job: ReceiptJob) -> String {
+        let subject = job.transactionId.map { "tx:\($0)" } ?? "rd:\(ReceiptDigest.hex(of: job.receiptData))"
+        let material = "\(job.publisherId.uuidString.lowercased())\n\(subject)\n\(job.customerEmail)\n\(job.offerId)"
+        return "\(self.prefix):{q}:dedup:\(Hex.encode(SHA256.hash(data: Array(material.utf8))))"
+    }
+
+    /// The key naming the customer a publisher's transaction id was first submitted for.
+    public func claim(publisherId: UUID, transactionId: String) -> String {
+        "\(self.prefix):{q}:claim:\(publisherId.uuidString.lowercased()):\(transactionId)"
+    }
+
+    /// The set of unfinished jobs for one customer and offer (access status' `pending`).
+    public func pending(publisherId: UUID, customerEmail: String, offerId: String) -> String {
+        let material = "\(publisherId.uuidString.lowercased())\n\(customerEmail)\n\(offerId)"
+        return "\(self.prefix):{q}:pending:\(Hex.encode(SHA256.hash(data: Array(material.utf8))))"
+    }
+
+    /// ``pending(publisherId:customerEmail:offerId:)`` for a job.
+    public func pending(for job: ReceiptJob) -> String {
+        self.pending(publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId)
+    }
+}
+
+/// The SHA-256 of a receipt: what is stored and compared instead of the receipt itself.
+public enum ReceiptDigest {
+    /// Lower-case hex SHA-256 of the receipt's base64 text.
+    public static func hex(of receiptData: String) -> String {
+        Hex.encode(SHA256.hash(data: Array(receiptData.utf8)))
+    }
+}

@@ -1,0 +1,130 @@
+/// The queue's Lua scripts. Each runs atomically, so a job is always in exactly one place.
+///
+/// They are compiled into the binary rather than shipped as resource files, so a worker copied to
+/// `/usr/local/bin` alone cannot start without them.
+enum QueueScripts {
+    /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all.
+    ///
+    /// KEYS: dedup, job, stream, pending, [claim]. ARGV: jobId, customer, offer, publisherId, payload,
+    /// now (ms), key TTL (s), job key prefix.
+    static let enqueue = RedisScript(name: "enqueue", source: """
+        local existing = redis.call('GET', KEYS[1])
+        if existing then
+          local status = redis.call('HGET', ARGV[8] .. existing, 'status')
+          if status then return {'duplicate', existing, status} end
+        end
+        if KEYS[5] then
+          local owner = redis.call('GET', KEYS[5])
+          if owner and owner ~= ARGV[2] then return {'claimed'} end
+        end
+        redis.call('HSET', KEYS[2], 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[2],
+          'offerId', ARGV[3], 'publisherId', ARGV[4], 'payload', ARGV[5], 'acceptedAt', ARGV[6], 'updatedAt', ARGV[6])
+        redis.call('XADD', KEYS[3], '*', 'job', ARGV[1])
+        redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
+        redis.call('SADD', KEYS[4], ARGV[1])
+        redis.call('EXPIRE', KEYS[4], ARGV[7])
+        if KEYS[5] then redis.call('SET', KEYS[5], ARGV[2], 'EX', ARGV[7]) end
+        return {'created', ARGV[1], 'queued'}
+        """)
+
+    /// Mark a delivered job `processing` and count the attempt; report final or vanished jobs instead.
+    ///
+    /// KEYS: job. ARGV: now (ms). Returns {'ready', attempts, payload, acceptedAt} | {'final', status} | {'missing'}.
+    /// `acceptedAt` restarts when an operator requeues, so the age limit counts from the requeue.
+    static let start = RedisScript(name: "start", source: """
+        local status = redis.call('HGET', KEYS[1], 'status')
+        if not status then return {'missing'} end
+        if status == 'granted' or status == 'rejected' or status == 'failed' then return {'final', status} end
+        local payload = redis.call('HGET', KEYS[1], 'payload')
+        if not payload then return {'missing'} end
+        local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+        redis.call('HSET', KEYS[1], 'status', 'processing', 'updatedAt', ARGV[1])
+        redis.call('HDEL', KEYS[1], 'nextAttemptAt')
+        return {'ready', attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt')}
+        """)
+
+    /// Record a final outcome (granted or rejected), forget the receipt, acknowledge and trim the entry.
+    ///
+    /// KEYS: job, stream, pending. ARGV: entry id, group, status, reason, environment, expiresAt, now,
+    /// retention (s), jobId. Empty strings mean "not set".
+    static let finish = RedisScript(name: "finish", source: """
+        if redis.call('EXISTS', KEYS[1]) == 1 then
+          redis.call('HSET', KEYS[1], 'status', ARGV[3], 'updatedAt', ARGV[7])
+          if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[4]) else redis.call('HDEL', KEYS[1], 'reason') end
+          if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'environment', ARGV[5]) end
+          if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[6]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
+          redis.call('HDEL', KEYS[1], 'payload', 'nextAttemptAt')
+          redis.call('EXPIRE', KEYS[1], ARGV[8])
+        end
+        redis.call('SREM', KEYS[3], ARGV[9])
+        redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+        redis.call('XDEL', KEYS[2], ARGV[1])
+        return 1
+        """)
+
+    /// Park a job in the delayed-retry set and acknowledge its entry, in one step.
+    ///
+    /// KEYS: job, stream, retry. ARGV: entry id, group, jobId, due (ms), reason, now.
+    static let retry = RedisScript(name: "retry", source: """
+        if redis.call('EXISTS', KEYS[1]) == 1 then
+          redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', ARGV[4], 'updatedAt', ARGV[6])
+          redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+        end
+        redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+        redis.call('XDEL', KEYS[2], ARGV[1])
+        return 1
+        """)
+
+    /// Move due retries back to the stream; each id leaves the set once, so none moves twice.
+    ///
+    /// KEYS: retry, stream. ARGV: now (ms), limit, job key prefix.
+    static let promote = RedisScript(name: "promote", source: """
+        local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+        for _, id in ipairs(due) do
+          redis.call('ZREM', KEYS[1], id)
+          if redis.call('EXISTS', ARGV[3] .. id) == 1 then
+            redis.call('XADD', KEYS[2], '*', 'job', id)
+          end
+        end
+        return #due
+        """)
+
+    /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged.
+    ///
+    /// KEYS: job, stream, dead, pending. ARGV: entry id, group, jobId, reason, detail, now, retention (s).
+    static let deadLetter = RedisScript(name: "dead-letter", source: """
+        if redis.call('EXISTS', KEYS[1]) == 1 then
+          local entry = redis.call('XADD', KEYS[3], '*', 'job', ARGV[3], 'reason', ARGV[4], 'detail', ARGV[5], 'at', ARGV[6])
+          redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
+          redis.call('HDEL', KEYS[1], 'nextAttemptAt')
+          redis.call('EXPIRE', KEYS[1], ARGV[7])
+        end
+        redis.call('SREM', KEYS[4], ARGV[3])
+        if ARGV[1] ~= '' then
+          redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+          redis.call('XDEL', KEYS[2], ARGV[1])
+        end
+        return 1
+        """)
+
+    /// Put a failed job back on the stream with fresh attempts; a second call finds it no longer failed.
+    ///
+    /// KEYS: job, stream, dead, pending. ARGV: jobId, now. Returns {'requeued'} | {'missing'} | {'not_failed', status}.
+    static let requeue = RedisScript(name: "requeue", source: """
+        local status = redis.call('HGET', KEYS[1], 'status')
+        if not status then return {'missing'} end
+        if status ~= 'failed' then return {'not_failed', status} end
+        if not redis.call('HGET', KEYS[1], 'payload') then return {'missing'} end
+        local entry = redis.call('HGET', KEYS[1], 'deadEntry')
+        if entry then redis.call('XDEL', KEYS[3], entry) end
+        redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts', 0, 'updatedAt', ARGV[2], 'acceptedAt', ARGV[2])
+        redis.call('HDEL', KEYS[1], 'reason', 'deadEntry', 'nextAttemptAt')
+        redis.call('PERSIST', KEYS[1])
+        redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
+        redis.call('SADD', KEYS[4], ARGV[1])
+        return {'requeued'}
+        """)
+
+    /// Every script, for loading at start.
+    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue]
+}

@@ -1,0 +1,250 @@
+import Foundation
+
+/// The queue protocol over Redis: enqueue, deliver, start, finish, retry, dead-letter, requeue.
+///
+/// Redis holds work in flight; PostgreSQL holds the truth. Delivery is at least once (an entry is
+/// acknowledged only after its outcome is committed), so every consumer of a delivery must be idempotent.
+public struct ReceiptQueue: Sendable {
+    /// The key layout.
+    public let keys: QueueKeys
+    private let redis: RedisClient
+    private let encoder = JSONEncoder()
+    private let decoder = JSONDecoder()
+
+    /// Creates the queue over a client, for one prefix.
+    public init(redis: RedisClient, prefix: String) {
+        self.redis = redis
+        self.keys = QueueKeys(prefix: prefix)
+    }
+
+    /// Creates the consumer group (from the stream's start, so nothing enqueued earlier is skipped) and
+    /// loads the scripts. Safe to call from every process, any number of times.
+    public func prepare() async throws {
+        do {
+            try await self.redis.send("XGROUP", "CREATE", self.keys.stream, self.keys.group, "0", "MKSTREAM")
+        } catch let error as RedisError where error.message.hasPrefix("BUSYGROUP") {
+            // Another process created it first.
+        }
+        for script in QueueScripts.all { try await self.redis.load(script) }
+    }
+
+    // MARK: Submitting
+
+    /// Stores a job atomically, or finds the identical submission, or refuses a claimed transaction.
+    public func enqueue(_ job: ReceiptJob, keyTTLSeconds: Int) async throws -> EnqueueOutcome {
+        var keys = [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job)]
+        if let transactionId = job.transactionId {
+            keys.append(self.keys.claim(publisherId: job.publisherId, transactionId: transactionId))
+        }
+        let payload = String(decoding: try self.encoder.encode(job), as: UTF8.self)
+        let reply = try await self.redis.run(
+            QueueScripts.enqueue,
+            keys: keys,
+            arguments: [
+                job.jobId, job.customerEmail, job.offerId, job.publisherId.uuidString.lowercased(), payload,
+                String(job.acceptedAtMilliseconds), String(keyTTLSeconds), self.keys.jobPrefix,
+            ]
+        )
+        let parts = reply.array ?? []
+        switch parts.first?.string {
+        case "created":
+            return .created(jobId: job.jobId)
+        case "duplicate":
+            guard parts.count == 3, let jobId = parts[1].string, let status = parts[2].string.flatMap(JobStatus.init) else {
+                throw RedisError(.protocolViolation, "enqueue returned a malformed duplicate")
+            }
+            return .duplicate(jobId: jobId, status: status)
+        case "claimed":
+            return .alreadyClaimed
+        default:
+            throw RedisError(.protocolViolation, "enqueue returned an unexpected reply")
+        }
+    }
+
+    // MARK: Reading status
+
+    /// The job's status, or `nil` when Redis does not know it (never existed, or retention passed).
+    public func record(jobId: String) async throws -> JobRecord? {
+        let fields = ["status", "attempts", "reason", "nextAttemptAt", "customerEmail", "offerId", "environment", "expiresAt", "publisherId"]
+        let reply = try await self.redis.send(["HMGET", self.keys.job(jobId)] + fields)
+        let values = (reply.array ?? []).map(\.string)
+        guard values.count == fields.count, let status = values[0].flatMap(JobStatus.init),
+            let customerEmail = values[4], let offerId = values[5], let publisherId = values[8].flatMap({ UUID(uuidString: $0) })
+        else { return nil }
+        return JobRecord(
+            jobId: jobId, publisherId: publisherId, status: status, attempts: values[1].flatMap { Int($0) } ?? 0,
+            reason: values[2], nextAttemptAtMilliseconds: values[3].flatMap { Int($0) },
+            customerEmail: customerEmail, offerId: offerId, environment: values[6], expiresAt: values[7].flatMap { Int($0) }
+        )
+    }
+
+    /// Whether a job for this customer and offer is queued, processing or retrying.
+    public func hasPendingJob(publisherId: UUID, customerEmail: String, offerId: String) async throws -> Bool {
+        let key = self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
+        return (try await self.redis.send("SCARD", key).int ?? 0) > 0
+    }
+
+    /// Counts for operators.
+    public func counts() async throws -> QueueCounts {
+        async let length = self.redis.send("XLEN", self.keys.stream)
+        async let pending = self.redis.send("XPENDING", self.keys.stream, self.keys.group)
+        async let retrying = self.redis.send("ZCARD", self.keys.retry)
+        async let dead = self.redis.send("XLEN", self.keys.dead)
+        let total = try await length.int ?? 0
+        let held = try await pending.array?.first?.int ?? 0
+        return QueueCounts(queued: max(0, total - held), processing: held, retrying: try await retrying.int ?? 0, dead: try await dead.int ?? 0)
+    }
+
+    // MARK: Consuming
+
+    /// New entries for `consumer`, waiting up to `blockMilliseconds` when there are none.
+    ///
+    /// Pass a client of its own as `blockingClient`: a blocked read holds its connection.
+    public func readNew(consumer: String, count: Int, blockMilliseconds: Int, blockingClient: RedisClient) async throws -> [QueueDelivery] {
+        let reply = try await blockingClient.send([
+            "XREADGROUP", "GROUP", self.keys.group, consumer, "COUNT", String(count), "BLOCK", String(blockMilliseconds),
+            "STREAMS", self.keys.stream, ">",
+        ])
+        guard let streams = reply.array, let stream = streams.first?.array, stream.count == 2 else { return [] }
+        return Self.deliveries(stream[1])
+    }
+
+    /// Entries this consumer already holds (after a restart under the same name).
+    public func readOwnPending(consumer: String, count: Int) async throws -> [QueueDelivery] {
+        let reply = try await self.redis.send([
+            "XREADGROUP", "GROUP", self.keys.group, consumer, "COUNT", String(count), "STREAMS", self.keys.stream, "0",
+        ])
+        guard let streams = reply.array, let stream = streams.first?.array, stream.count == 2 else { return [] }
+        return Self.deliveries(stream[1])
+    }
+
+    /// Takes over entries other consumers have held longer than `minIdleMilliseconds` (a dead or stalled worker).
+    ///
+    /// Returns the next cursor ("0-0" when the scan is complete), the claimed deliveries, and the ids of
+    /// entries that were deleted while pending (their pending records are dropped by Redis).
+    public func autoclaim(consumer: String, minIdleMilliseconds: Int, cursor: String, count: Int) async throws -> (cursor: String, deliveries: [QueueDelivery], deleted: [String]) {
+        let reply = try await self.redis.send([
+            "XAUTOCLAIM", self.keys.stream, self.keys.group, consumer, String(minIdleMilliseconds), cursor, "COUNT", String(count),
+        ])
+        guard let parts = reply.array, parts.count >= 2, let next = parts[0].string else {
+            throw RedisError(.protocolViolation, "XAUTOCLAIM returned an unexpected reply")
+        }
+        let deleted = parts.count > 2 ? (parts[2].array ?? []).compactMap(\.string) : []
+        return (next, Self.deliveries(parts[1]), deleted)
+    }
+
+    /// Marks the job `processing` and returns its payload, or says why there is nothing to do.
+    public func start(_ delivery: QueueDelivery, now: Int) async throws -> StartOutcome {
+        let reply = try await self.redis.run(QueueScripts.start, keys: [self.keys.job(delivery.jobId)], arguments: [String(now)])
+        let parts = reply.array ?? []
+        switch parts.first?.string {
+        case "ready":
+            guard parts.count == 4, let attempt = parts[1].int, let payload = parts[2].string,
+                let job = try? self.decoder.decode(ReceiptJob.self, from: Data(payload.utf8))
+            else { return .missing }
+            return .ready(job, attempt: attempt, acceptedAtMilliseconds: parts[3].int ?? job.acceptedAtMilliseconds)
+        case "final":
+            return .final(parts.count > 1 ? parts[1].string.flatMap(JobStatus.init) ?? .failed : .failed)
+        default:
+            return .missing
+        }
+    }
+
+    /// Records a final `granted`/`rejected` outcome and acknowledges the entry.
+    public func finish(
+        _ delivery: QueueDelivery, job: ReceiptJob, status: JobStatus, reason: JobReason?, environment: String?,
+        expiresAt: Int?, now: Int, retentionSeconds: Int
+    ) async throws {
+        try await self.redis.run(
+            QueueScripts.finish,
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job)],
+            arguments: [
+                delivery.entryId, self.keys.group, status.rawValue, reason?.rawValue ?? "", environment ?? "",
+                expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId,
+            ]
+        )
+    }
+
+    /// Acknowledges an entry with nothing to record (its job is final or gone).
+    public func acknowledge(_ delivery: QueueDelivery) async throws {
+        async let ack = self.redis.send("XACK", self.keys.stream, self.keys.group, delivery.entryId)
+        async let del = self.redis.send("XDEL", self.keys.stream, delivery.entryId)
+        _ = try await (ack, del)
+    }
+
+    /// Parks the job until `dueAt` (Unix ms) and acknowledges the entry, atomically.
+    public func retry(_ delivery: QueueDelivery, jobId: String, dueAt: Int, reason: JobReason, now: Int) async throws {
+        try await self.redis.run(
+            QueueScripts.retry,
+            keys: [self.keys.job(jobId), self.keys.stream, self.keys.retry],
+            arguments: [delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now)]
+        )
+    }
+
+    /// Moves up to `limit` due retries back to the stream; returns how many moved.
+    @discardableResult
+    public func promoteDue(now: Int, limit: Int = 500) async throws -> Int {
+        let reply = try await self.redis.run(
+            QueueScripts.promote, keys: [self.keys.retry, self.keys.stream],
+            arguments: [String(now), String(limit), self.keys.jobPrefix]
+        )
+        return reply.int ?? 0
+    }
+
+    /// Dead-letters a job (status `failed`) and acknowledges its entry; `delivery` is `nil` for a job
+    /// that is no longer on the stream.
+    public func deadLetter(_ delivery: QueueDelivery?, job: ReceiptJob, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws {
+        try await self.redis.run(
+            QueueScripts.deadLetter,
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.dead, self.keys.pending(for: job)],
+            arguments: [delivery?.entryId ?? "", self.keys.group, job.jobId, reason.rawValue, detail, String(now), String(retentionSeconds)]
+        )
+    }
+
+    /// The oldest dead letters, up to `limit`.
+    public func deadLetters(limit: Int) async throws -> [DeadLetter] {
+        let reply = try await self.redis.send("XRANGE", self.keys.dead, "-", "+", "COUNT", String(limit))
+        return (reply.array ?? []).compactMap { entry in
+            guard let parts = entry.array, parts.count == 2, let fields = parts[1].array else { return nil }
+            let map = Self.fieldMap(fields)
+            guard let jobId = map["job"] else { return nil }
+            return DeadLetter(jobId: jobId, reason: map["reason"] ?? "", detail: map["detail"] ?? "", failedAt: map["at"].flatMap { Int($0) } ?? 0)
+        }
+    }
+
+    /// Puts a failed job back on the stream with fresh attempts.
+    public func requeue(jobId: String, publisherId: UUID, customerEmail: String, offerId: String, now: Int) async throws -> RequeueOutcome {
+        let reply = try await self.redis.run(
+            QueueScripts.requeue,
+            keys: [
+                self.keys.job(jobId), self.keys.stream, self.keys.dead,
+                self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId),
+            ],
+            arguments: [jobId, String(now)]
+        )
+        let parts = reply.array ?? []
+        switch parts.first?.string {
+        case "requeued": return .requeued
+        case "not_failed": return .notFailed(parts.count > 1 ? parts[1].string.flatMap(JobStatus.init) ?? .queued : .queued)
+        default: return .missing
+        }
+    }
+
+    private static func deliveries(_ value: RedisValue) -> [QueueDelivery] {
+        (value.array ?? []).compactMap { entry in
+            guard let parts = entry.array, parts.count == 2, let id = parts[0].string else { return nil }
+            let map = Self.fieldMap(parts[1].array ?? [])
+            return QueueDelivery(entryId: id, jobId: map["job"] ?? "")
+        }
+    }
+
+    private static func fieldMap(_ fields: [RedisValue]) -> [String: String] {
+        var map: [String: String] = [:]
+        var index = 0
+        while index + 1 < fields.count {
+            if let key = fields[index].string { map[key] = fields[index + 1].string }
+            index += 2
+        }
+        return map
+    }
+}

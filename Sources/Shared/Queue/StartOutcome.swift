@@ -1,0 +1,9 @@
+/// What a worker finds when it starts on a delivery.
+public enum StartOutcome: Sendable, Equatable {
+    /// Work to do: the job, which attempt this is, and when it was accepted (Unix ms).
+    case ready(ReceiptJob, attempt: Int, acceptedAtMilliseconds: Int)
+    /// Already final (a replay after a crash between commit and acknowledgement): just acknowledge.
+    case final(JobStatus)
+    /// The job's status is gone (expired) or unreadable: acknowledge and drop the entry.
+    case missing
+}

@@ -1,0 +1,179 @@
+import CHiredis
+import Foundation
+
+/// One hiredis connection: the only place in Tollgate that touches a hiredis handle.
+///
+/// Every method blocks on the socket, so it must only be called from a thread of the client's own
+/// pool, never from Swift's cooperative pool. A connection is used by one thread at a time; the owner
+/// (``RedisPipeline``) guarantees that.
+final class RedisConnection {
+    private var context: UnsafeMutablePointer<redisContext>?
+    private let configuration: RedisConfiguration
+
+    /// Connects, authenticates and selects the database.
+    init(configuration: RedisConfiguration) throws {
+        self.configuration = configuration
+        try self.connect()
+    }
+
+    deinit {
+        if let context { redisFree(context) }
+    }
+
+    /// Whether the connection is believed usable; a broken one is reopened on the next batch.
+    var isConnected: Bool { self.context != nil }
+
+    /// Sends a batch of commands in one write and reads their replies in order (pipelining).
+    ///
+    /// The outer result fails when the connection broke; the inner ones carry each command's own
+    /// reply or error reply.
+    func execute(_ commands: [[String]]) -> Result<[Result<RedisValue, RedisError>], RedisError> {
+        if self.context == nil {
+            do { try self.connect() } catch let error as RedisError { return .failure(error) } catch {
+                return .failure(RedisError(.connection, "\(error)"))
+            }
+        }
+        guard let context = self.context else { return .failure(RedisError(.connection, "not connected")) }
+        for command in commands {
+            if let error = Self.append(command, to: context) {
+                self.drop()
+                return .failure(error)
+            }
+        }
+        var replies: [Result<RedisValue, RedisError>] = []
+        replies.reserveCapacity(commands.count)
+        for _ in commands {
+            var raw: UnsafeMutableRawPointer?
+            guard redisGetReply(context, &raw) == REDIS_OK, let raw else {
+                let error = RedisError(.connection, Self.contextError(context))
+                self.drop()
+                return .failure(error)
+            }
+            let reply = raw.assumingMemoryBound(to: redisReply.self)
+            replies.append(Self.decode(reply))
+            freeReplyObject(raw)
+        }
+        return .success(replies)
+    }
+
+    private func connect() throws {
+        let timeout = timeval(
+            tv_sec: self.configuration.timeoutMilliseconds / 1000,
+            tv_usec: (self.configuration.timeoutMilliseconds % 1000) * 1000
+        )
+        guard let context = redisConnectWithTimeout(self.configuration.host, Int32(self.configuration.port), timeout)
+        else {
+            throw RedisError(.connection, "cannot allocate a hiredis context")
+        }
+        if context.pointee.err != 0 {
+            let message = Self.contextError(context)
+            redisFree(context)
+            throw RedisError(.connection, "\(self.configuration.host):\(self.configuration.port): \(message)")
+        }
+        _ = redisSetTimeout(context, timeout)
+        _ = redisEnableKeepAlive(context)
+        self.context = context
+        var setup: [[String]] = []
+        if let password = self.configuration.password {
+            if let username = self.configuration.username {
+                setup.append(["AUTH", username, password])
+            } else {
+                setup.append(["AUTH", password])
+            }
+        }
+        if self.configuration.database != 0 {
+            setup.append(["SELECT", String(self.configuration.database)])
+        }
+        guard !setup.isEmpty else { return }
+        switch self.execute(setup) {
+        case .failure(let error):
+            throw error
+        case .success(let replies):
+            for case .failure(let error) in replies {
+                self.drop()
+                // The AUTH error text is Redis' own ("WRONGPASS …"); it never contains the password.
+                throw RedisError(.connection, "setup failed: \(error.message)")
+            }
+        }
+    }
+
+    private func drop() {
+        if let context { redisFree(context) }
+        self.context = nil
+    }
+
+    private static func append(_ command: [String], to context: UnsafeMutablePointer<redisContext>) -> RedisError? {
+        // One contiguous buffer for all arguments; hiredis copies it into its output buffer at once.
+        var bytes: [CChar] = []
+        var offsets: [Int] = []
+        var lengths: [Int] = []
+        offsets.reserveCapacity(command.count)
+        lengths.reserveCapacity(command.count)
+        for argument in command {
+            offsets.append(bytes.count)
+            let utf8 = argument.utf8
+            lengths.append(utf8.count)
+            bytes.append(contentsOf: utf8.map { CChar(bitPattern: $0) })
+        }
+        if bytes.isEmpty { bytes.append(0) }
+        let status = bytes.withUnsafeBufferPointer { buffer -> Int32 in
+            guard let base = buffer.baseAddress else { return REDIS_ERR }
+            var argv: [UnsafePointer<CChar>?] = offsets.map { base + $0 }
+            return argv.withUnsafeMutableBufferPointer { argvBuffer in
+                lengths.withUnsafeBufferPointer { lengthBuffer in
+                    redisAppendCommandArgv(context, Int32(command.count), argvBuffer.baseAddress, lengthBuffer.baseAddress)
+                }
+            }
+        }
+        return status == REDIS_OK ? nil : RedisError(.connection, Self.contextError(context))
+    }
+
+    private static func decode(_ reply: UnsafeMutablePointer<redisReply>) -> Result<RedisValue, RedisError> {
+        let node = reply.pointee
+        switch node.type {
+        case REDIS_REPLY_ERROR:
+            return .failure(RedisError(.server, Self.text(node)))
+        case REDIS_REPLY_STATUS:
+            return .success(.status(Self.text(node)))
+        case REDIS_REPLY_STRING:
+            guard let string = node.str else { return .success(.bulk([])) }
+            let buffer = UnsafeRawBufferPointer(start: string, count: Int(node.len))
+            return .success(.bulk(Array(buffer)))
+        case REDIS_REPLY_INTEGER:
+            return .success(.integer(Int(node.integer)))
+        case REDIS_REPLY_NIL:
+            return .success(.null)
+        case REDIS_REPLY_ARRAY:
+            var values: [RedisValue] = []
+            values.reserveCapacity(Int(node.elements))
+            for index in 0..<Int(node.elements) {
+                guard let element = node.element[index] else {
+                    values.append(.null)
+                    continue
+                }
+                switch Self.decode(element) {
+                case .success(let value): values.append(value)
+                // An error nested in an array (e.g. inside EXEC) fails the whole reply.
+                case .failure(let error): return .failure(error)
+                }
+            }
+            return .success(.array(values))
+        default:
+            return .failure(RedisError(.protocolViolation, "unexpected reply type \(node.type)"))
+        }
+    }
+
+    private static func text(_ node: redisReply) -> String {
+        guard let string = node.str else { return "" }
+        let buffer = UnsafeRawBufferPointer(start: string, count: Int(node.len))
+        return String(decoding: buffer, as: UTF8.self)
+    }
+
+    private static func contextError(_ context: UnsafeMutablePointer<redisContext>) -> String {
+        withUnsafeBytes(of: context.pointee.errstr) { raw in
+            let bytes = raw.prefix { $0 != 0 }
+            let message = String(decoding: bytes, as: UTF8.self)
+            return message.isEmpty ? "connection lost" : message
+        }
+    }
+}

@@ -1,0 +1,44 @@
+/// An error talking to Redis.
+///
+/// Server errors carry Redis' own message (`ERR …`, `NOSCRIPT …`, `WRONGTYPE …`); connection errors carry
+/// hiredis' description. Neither ever includes the command's arguments, so receipt data cannot leak into logs.
+public struct RedisError: Error, Equatable, CustomStringConvertible {
+    /// What kind of failure this is.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        fileprivate enum Base: String, Hashable, Sendable {
+            case connection, server, protocolViolation, closed
+        }
+
+        fileprivate let base: Base
+
+        /// The connection could not be made, or broke while the command was in flight.
+        public static let connection = Code(base: .connection)
+        /// Redis answered with an error reply.
+        public static let server = Code(base: .server)
+        /// Redis answered with something this client does not understand.
+        public static let protocolViolation = Code(base: .protocolViolation)
+        /// The client was shut down.
+        public static let closed = Code(base: .closed)
+
+        public var description: String { self.base.rawValue }
+    }
+
+    /// The kind of failure.
+    public let code: Code
+    /// Redis' or hiredis' message.
+    public let message: String
+
+    /// Creates an error of a kind with a message.
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    /// Whether Redis said it does not know a script's SHA (after a restart or `SCRIPT FLUSH`).
+    public var isNoScript: Bool { self.code == .server && self.message.hasPrefix("NOSCRIPT") }
+
+    /// Whether the failure is one of reaching Redis rather than of the command itself.
+    public var isConnectionFailure: Bool { self.code == .connection || self.code == .closed }
+
+    public var description: String { "Redis \(self.code): \(self.message)" }
+}

@@ -1,0 +1,32 @@
+import Foundation
+
+/// Reads what customers hold: access to offers and coin balances.
+public struct AccessStore: Sendable {
+    private let database: PostgresClient
+
+    /// Creates a store over a client.
+    public init(database: PostgresClient) {
+        self.database = database
+    }
+
+    /// Whether the customer holds access to the offer now, and until when (`nil` expiry: forever).
+    public func access(publisherId: UUID, customerEmail: String, offerId: String) async throws -> (granted: Bool, expiresAt: Date?) {
+        guard let row = try await self.database.query(
+            """
+            SELECT expires_at, revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()) AS active
+            FROM entitlements WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3
+            """,
+            [publisherId, customerEmail, offerId]
+        ).first else { return (false, nil) }
+        let active = try row.decode(Bool.self, "active")
+        return (active, active ? try row.decode(Date?.self, "expires_at") : nil)
+    }
+
+    /// The customer's coin balance: credits minus reversals.
+    public func coinBalance(publisherId: UUID, customerEmail: String) async throws -> Int {
+        try await self.database.query(
+            "SELECT COALESCE(SUM(coins), 0)::bigint AS balance FROM wallet_entries WHERE publisher_id = $1 AND customer_email = $2",
+            [publisherId, customerEmail]
+        ).first?.decode(Int.self, "balance") ?? 0
+    }
+}

@@ -1,0 +1,172 @@
+import Foundation
+
+/// Publishers, apps and products in PostgreSQL.
+public struct CatalogStore: Sendable {
+    private let database: PostgresClient
+
+    /// Creates a store over a client.
+    public init(database: PostgresClient) {
+        self.database = database
+    }
+
+    // MARK: Publishers
+
+    /// Creates a publisher with fresh credentials; the plain secrets exist only in the return value.
+    public func createPublisher(name: String) async throws -> (Publisher, PublisherCredentials) {
+        let publisher = Publisher(id: UUID(), name: name)
+        let credentials = PublisherCredentials.generate()
+        try await self.database.query(
+            """
+            INSERT INTO publishers (id, name, token_hash, basic_username, basic_password_hash)
+            VALUES ($1, $2, $3, $4, $5)
+            """,
+            [
+                publisher.id, name, PostgresBytes(PublisherCredentials.hash(credentials.publisherToken)),
+                credentials.username, PostgresBytes(PublisherCredentials.hash(credentials.password)),
+            ]
+        )
+        return (publisher, credentials)
+    }
+
+    /// The stored hashes for the publisher holding a token, looked up by the token's hash.
+    public func publisherAuth(tokenHash: [UInt8]) async throws -> PublisherAuthRecord? {
+        let result = try await self.database.query(
+            "SELECT id, name, basic_username, basic_password_hash, enabled FROM publishers WHERE token_hash = $1",
+            [PostgresBytes(tokenHash)]
+        )
+        guard let row = result.first else { return nil }
+        return PublisherAuthRecord(
+            publisher: Publisher(id: try row.decode(UUID.self, "id"), name: try row.decode(String.self, "name"), enabled: try row.decode(Bool.self, "enabled")),
+            username: try row.decode(String.self, "basic_username"),
+            passwordHash: try row.decode(PostgresBytes.self, "basic_password_hash").bytes
+        )
+    }
+
+    /// Whether a publisher exists.
+    public func publisherExists(_ id: UUID) async throws -> Bool {
+        try await self.database.query("SELECT 1 FROM publishers WHERE id = $1", [id]).first != nil
+    }
+
+    // MARK: Apps
+
+    /// Adds an app to a publisher.
+    public func createApp(publisherId: UUID, bundleId: String, sharedSecret: String?, allowSandbox: Bool) async throws -> App {
+        guard try await self.publisherExists(publisherId) else { throw CatalogError.unknownPublisher }
+        let app = App(id: UUID(), publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret, allowSandbox: allowSandbox)
+        do {
+            try await self.database.query(
+                "INSERT INTO apps (id, publisher_id, bundle_id, shared_secret, allow_sandbox) VALUES ($1, $2, $3, $4, $5)",
+                [app.id, publisherId, bundleId, sharedSecret, allowSandbox]
+            )
+        } catch let error as PostgresError where error.isUniqueViolation {
+            throw CatalogError.conflict("bundleId")
+        }
+        return app
+    }
+
+    /// A publisher's apps.
+    public func apps(publisherId: UUID) async throws -> [App] {
+        try await self.database.query(
+            "SELECT id, publisher_id, bundle_id, shared_secret, allow_sandbox FROM apps WHERE publisher_id = $1 ORDER BY created_at",
+            [publisherId]
+        ).rows.map(Self.app)
+    }
+
+    // MARK: Products
+
+    /// Columns of a product joined with its app's bundle id.
+    private static let productColumns = """
+        p.id, p.publisher_id, p.app_id, a.bundle_id, p.product_id, p.offer_id, p.kind, p.title, p.description,
+        p.coins, p.duration_days, p.enabled, p.created_at, p.updated_at
+        """
+
+    /// Adds a product to one of a publisher's apps.
+    public func createProduct(_ draft: ProductDraft) async throws -> Product {
+        guard try await self.publisherExists(draft.publisherId) else { throw CatalogError.unknownPublisher }
+        let id = UUID()
+        do {
+            let result = try await self.database.query(
+                """
+                WITH inserted AS (
+                    INSERT INTO products (id, publisher_id, app_id, product_id, offer_id, kind, title, description, coins, duration_days, enabled)
+                    SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11 FROM apps a WHERE a.publisher_id = $2 AND a.bundle_id = $3
+                    RETURNING *
+                )
+                SELECT \(Self.productColumns) FROM inserted p JOIN apps a ON a.id = p.app_id
+                """,
+                [
+                    id, draft.publisherId, draft.bundleId, draft.productId, draft.offerId, draft.kind.rawValue, draft.title,
+                    draft.description, draft.coins, draft.durationDays, draft.enabled,
+                ]
+            )
+            guard let row = result.first else { throw CatalogError.unknownApp }
+            return try Self.product(row)
+        } catch let error as PostgresError where error.isUniqueViolation {
+            throw CatalogError.conflict(error.message.contains("offer") ? "offerId" : "productId")
+        }
+    }
+
+    /// A publisher's products, oldest first.
+    public func products(publisherId: UUID) async throws -> [Product] {
+        try await self.database.query(
+            "SELECT \(Self.productColumns) FROM products p JOIN apps a ON a.id = p.app_id WHERE p.publisher_id = $1 ORDER BY p.created_at, p.id",
+            [publisherId]
+        ).rows.map(Self.product)
+    }
+
+    /// One product.
+    public func product(id: UUID) async throws -> Product? {
+        try await self.database.query(
+            "SELECT \(Self.productColumns) FROM products p JOIN apps a ON a.id = p.app_id WHERE p.id = $1", [id]
+        ).rows.first.map(Self.product)
+    }
+
+    /// Changes the given fields of a product; `nil` fields stay as they are.
+    public func updateProduct(id: UUID, _ patch: ProductPatch) async throws -> Product {
+        let result = try await self.database.query(
+            """
+            WITH updated AS (
+                UPDATE products SET
+                    enabled = COALESCE($2, enabled), title = COALESCE($3, title), description = COALESCE($4, description),
+                    coins = COALESCE($5, coins), duration_days = COALESCE($6, duration_days), updated_at = now()
+                WHERE id = $1 RETURNING *
+            )
+            SELECT \(Self.productColumns) FROM updated p JOIN apps a ON a.id = p.app_id
+            """,
+            [id, patch.enabled, patch.title, patch.description, patch.coins, patch.durationDays]
+        )
+        guard let row = result.first else { throw CatalogError.unknownProduct }
+        return try Self.product(row)
+    }
+
+    /// The publisher's products that unlock an offer, in every app, enabled or not.
+    public func products(publisherId: UUID, offerId: String) async throws -> [Product] {
+        try await self.database.query(
+            "SELECT \(Self.productColumns) FROM products p JOIN apps a ON a.id = p.app_id WHERE p.publisher_id = $1 AND p.offer_id = $2",
+            [publisherId, offerId]
+        ).rows.map(Self.product)
+    }
+
+    private static func app(_ row: PostgresRow) throws -> App {
+        App(
+            id: try row.decode(UUID.self, "id"), publisherId: try row.decode(UUID.self, "publisher_id"),
+            bundleId: try row.decode(String.self, "bundle_id"), sharedSecret: try row.decode(String?.self, "shared_secret"),
+            allowSandbox: try row.decode(Bool.self, "allow_sandbox")
+        )
+    }
+
+    private static func product(_ row: PostgresRow) throws -> Product {
+        guard let kind = ProductKind(rawValue: try row.decode(String.self, "kind")) else {
+            throw PostgresError(.decoding, "unknown product kind")
+        }
+        return Product(
+            id: try row.decode(UUID.self, "id"), publisherId: try row.decode(UUID.self, "publisher_id"),
+            appId: try row.decode(UUID.self, "app_id"), bundleId: try row.decode(String.self, "bundle_id"),
+            productId: try row.decode(String.self, "product_id"), offerId: try row.decode(String.self, "offer_id"),
+            kind: kind, title: try row.decode(String.self, "title"), description: try row.decode(String?.self, "description"),
+            coins: try row.decode(Int?.self, "coins"), durationDays: try row.decode(Int?.self, "duration_days"),
+            enabled: try row.decode(Bool.self, "enabled"), createdAt: try row.decode(Date.self, "created_at"),
+            updatedAt: try row.decode(Date.self, "updated_at")
+        )
+    }
+}

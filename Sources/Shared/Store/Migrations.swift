@@ -1,0 +1,128 @@
+/// The schema, as an ordered list of versioned migrations. Append; never edit one that has shipped.
+///
+/// Compiled into the binary (not resource files) so `tollgate-api migrate` works wherever the binary is.
+public enum Migrations {
+    /// One migration.
+    public struct Migration: Sendable {
+        /// Its version; applied in increasing order, recorded in `schema_migrations`.
+        public let version: Int
+        /// A short name.
+        public let name: String
+        /// The SQL, run in one transaction.
+        public let sql: String
+    }
+
+    /// Every migration, oldest first.
+    public static let all: [Migration] = [
+        Migration(version: 1, name: "catalog", sql: """
+            CREATE TABLE publishers (
+                id                  uuid PRIMARY KEY,
+                name                text NOT NULL CHECK (length(name) BETWEEN 1 AND 200),
+                token_hash          bytea NOT NULL UNIQUE,
+                basic_username      text NOT NULL UNIQUE,
+                basic_password_hash bytea NOT NULL,
+                enabled             boolean NOT NULL DEFAULT true,
+                created_at          timestamptz NOT NULL DEFAULT now(),
+                updated_at          timestamptz NOT NULL DEFAULT now()
+            );
+
+            CREATE TABLE apps (
+                id            uuid PRIMARY KEY,
+                publisher_id  uuid NOT NULL REFERENCES publishers (id),
+                bundle_id     text NOT NULL,
+                shared_secret text,
+                allow_sandbox boolean NOT NULL DEFAULT true,
+                created_at    timestamptz NOT NULL DEFAULT now(),
+                UNIQUE (publisher_id, bundle_id)
+            );
+
+            CREATE TABLE products (
+                id            uuid PRIMARY KEY,
+                publisher_id  uuid NOT NULL REFERENCES publishers (id),
+                app_id        uuid NOT NULL REFERENCES apps (id),
+                product_id    text NOT NULL,
+                offer_id      text NOT NULL,
+                kind          text NOT NULL CHECK (kind IN ('consumable', 'non_consumable', 'auto_renewable', 'non_renewing')),
+                title         text NOT NULL,
+                description   text,
+                coins         integer CHECK (coins IS NULL OR coins > 0),
+                duration_days integer CHECK (duration_days IS NULL OR duration_days > 0),
+                enabled       boolean NOT NULL DEFAULT true,
+                created_at    timestamptz NOT NULL DEFAULT now(),
+                updated_at    timestamptz NOT NULL DEFAULT now(),
+                UNIQUE (app_id, product_id),
+                UNIQUE (app_id, offer_id),
+                CHECK (kind <> 'consumable' OR coins IS NOT NULL),
+                CHECK (kind <> 'non_renewing' OR duration_days IS NOT NULL)
+            );
+            CREATE INDEX products_publisher_offer ON products (publisher_id, offer_id);
+            """),
+        Migration(version: 2, name: "ledger", sql: """
+            -- One row per Apple transaction: received_receipt -> verified -> fulfilled | invalidated.
+            CREATE TABLE transactions (
+                id                      bigserial PRIMARY KEY,
+                publisher_id            uuid NOT NULL REFERENCES publishers (id),
+                app_id                  uuid NOT NULL REFERENCES apps (id),
+                product_ref             uuid REFERENCES products (id),
+                transaction_id          text NOT NULL,
+                original_transaction_id text NOT NULL,
+                product_id              text NOT NULL,
+                customer_email          text NOT NULL,
+                offer_id                text NOT NULL,
+                environment             text NOT NULL CHECK (environment IN ('Production', 'Sandbox')),
+                job_id                  text,
+                receipt_digest          text,
+                state                   text NOT NULL CHECK (state IN ('received_receipt', 'verified', 'fulfilled', 'invalidated')),
+                purchase_date           timestamptz,
+                expires_date            timestamptz,
+                cancellation_date       timestamptz,
+                granted_until           timestamptz,
+                received_at             timestamptz NOT NULL,
+                verified_at             timestamptz,
+                fulfilled_at            timestamptz,
+                invalidated_at          timestamptz,
+                last_error              text,
+                UNIQUE (app_id, transaction_id)
+            );
+            CREATE INDEX transactions_customer ON transactions (publisher_id, customer_email);
+            CREATE INDEX transactions_original ON transactions (publisher_id, original_transaction_id);
+
+            -- Who owns a purchase: one Apple transaction (or original transaction) per publisher belongs to
+            -- the first customer it was granted to. The primary key decides races, not a read-then-write.
+            CREATE TABLE claims (
+                publisher_id   uuid NOT NULL REFERENCES publishers (id),
+                claim_key      text NOT NULL,
+                customer_email text NOT NULL,
+                created_at     timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (publisher_id, claim_key)
+            );
+
+            CREATE TABLE entitlements (
+                id                    bigserial PRIMARY KEY,
+                publisher_id          uuid NOT NULL REFERENCES publishers (id),
+                customer_email        text NOT NULL,
+                offer_id              text NOT NULL,
+                product_ref           uuid REFERENCES products (id),
+                expires_at            timestamptz,
+                granted_by            bigint NOT NULL REFERENCES transactions (id),
+                revoked_at            timestamptz,
+                created_at            timestamptz NOT NULL DEFAULT now(),
+                updated_at            timestamptz NOT NULL DEFAULT now(),
+                UNIQUE (publisher_id, customer_email, offer_id)
+            );
+
+            -- One credit per transaction, and at most one reversal of it.
+            CREATE TABLE wallet_entries (
+                id              bigserial PRIMARY KEY,
+                publisher_id    uuid NOT NULL REFERENCES publishers (id),
+                customer_email  text NOT NULL,
+                transaction_ref bigint NOT NULL REFERENCES transactions (id),
+                kind            text NOT NULL CHECK (kind IN ('credit', 'reversal')),
+                coins           integer NOT NULL,
+                created_at      timestamptz NOT NULL DEFAULT now(),
+                UNIQUE (transaction_ref, kind)
+            );
+            CREATE INDEX wallet_entries_customer ON wallet_entries (publisher_id, customer_email);
+            """),
+    ]
+}
