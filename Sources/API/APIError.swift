@@ -1,0 +1,53 @@
+import Hummingbird
+import Shared
+
+/// An error answered to the client as CONTRACT.md's JSON: `{"message","code","field"?}`.
+struct APIError: Error, HTTPResponseError {
+    let status: HTTPResponse.Status
+    let code: String
+    let message: String
+    let field: String?
+    var retryAfter: Int?
+
+    init(_ status: HTTPResponse.Status, code: String, _ message: String, field: String? = nil, retryAfter: Int? = nil) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.retryAfter = retryAfter
+    }
+
+    struct Body: Encodable {
+        let message: String
+        let code: String
+        let field: String?
+    }
+
+    func response(from request: Request, context: some RequestContext) throws -> Response {
+        self.response
+    }
+
+    var response: Response {
+        var headers: HTTPFields = [:]
+        if let retryAfter { headers[.retryAfter] = String(retryAfter) }
+        return JSONBody.response(self.status, Body(message: self.message, code: self.code, field: self.field), headers: headers)
+    }
+
+    static func missingField(_ field: String) -> APIError {
+        APIError(.badRequest, code: "missing_field", "\(field) is required", field: field)
+    }
+
+    static func invalidType(_ field: String, expected: String) -> APIError {
+        APIError(.badRequest, code: "invalid_type", "\(field) must be \(expected)", field: field)
+    }
+
+    static func invalid(_ field: String, code: String, _ message: String) -> APIError {
+        APIError(.unprocessableContent, code: code, message, field: field)
+    }
+
+    static let unauthorized = APIError(.unauthorized, code: "unauthorized", "missing or wrong credentials")
+    static let notFound = APIError(.notFound, code: "not_found", "no such resource")
+    static func unavailable(_ what: String) -> APIError {
+        APIError(.serviceUnavailable, code: "dependency_unavailable", "\(what) is unavailable; try again shortly", retryAfter: 5)
+    }
+}

@@ -1,0 +1,27 @@
+import Shared
+
+/// What the routes need, built once at start.
+struct APIServices: Sendable {
+    let configuration: Configuration
+    let redis: RedisClient
+    let database: PostgresClient
+    let queue: ReceiptQueue
+    let catalog: CatalogStore
+    let access: AccessStore
+    let authenticator: PublisherAuthenticator
+    /// Offer look-ups for submissions, cached briefly: a disabled product stops accepting within seconds.
+    let offers = ExpiringCache<String, [Product]>(lifetime: 5)
+
+    init(configuration: Configuration, redis: RedisClient, database: PostgresClient) {
+        self.configuration = configuration
+        self.redis = redis
+        self.database = database
+        self.queue = ReceiptQueue(redis: redis, prefix: configuration.queuePrefix)
+        self.catalog = CatalogStore(database: database)
+        self.access = AccessStore(database: database)
+        self.authenticator = PublisherAuthenticator(catalog: self.catalog)
+    }
+
+    /// How long dedup and claim keys live: a job may retry for the maximum age, then its status is retained.
+    var keyTTLSeconds: Int { self.configuration.retry.maxAgeSeconds + self.configuration.jobRetentionSeconds }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import Hummingbird
+import Logging
+import Metrics
+import NIOCore
+import Prometheus
+import ServiceLifecycle
+import Shared
+
+/// The running API: the Hummingbird application plus the clients it must close after it stops.
+struct APIApplication {
+    let application: Application<RouterResponder<TollgateRequestContext>>
+    let services: APIServices
+
+    /// Serves until SIGTERM/SIGINT, lets open requests finish, then closes the clients.
+    func run() async throws {
+        do {
+            try await self.application.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+        } catch {
+            await self.services.redis.shutdown()
+            await self.services.database.shutdown()
+            throw error
+        }
+        await self.services.redis.shutdown()
+        await self.services.database.shutdown()
+    }
+}
+
+/// Wires configuration, clients, routes and middleware into an application.
+func buildApplication(configuration: Configuration, logger: Logger, registry: PrometheusCollectorRegistry = MetricsSetup.bootstrap()) async throws -> APIApplication {
+    let redis = RedisClient(configuration: configuration.redis, connections: configuration.redisPoolSize)
+    let database = PostgresClient(url: configuration.databaseURL, connections: configuration.databasePoolSize)
+    let services = APIServices(configuration: configuration, redis: redis, database: database)
+    do {
+        try await services.queue.prepare()
+        await RedisSafety.warnIfUnsafe(redis: redis, logger: logger)
+    } catch {
+        // Start anyway: readiness says 503 and requests answer 503 until Redis is back.
+        logger.warning("Redis not ready at start", metadata: ["error": "\(error)"])
+    }
+
+    let router = buildRouter(services: services, registry: registry)
+    let portFile = configuration.portFile
+    let application = Application(
+        router: router,
+        configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "tollgate-api"),
+        onServerRunning: { channel in
+            let port = channel.localAddress?.port ?? configuration.httpPort
+            logger.info("listening", metadata: ["host": "\(configuration.httpHost)", "port": "\(port)"])
+            if let portFile {
+                do { try PortFile.write(port, to: portFile) } catch {
+                    logger.error("cannot write the port file", metadata: ["path": "\(portFile)"])
+                }
+            }
+        },
+        logger: logger
+    )
+    return APIApplication(application: application, services: services)
+}
+
+/// The routes: operations, publisher API, admin API.
+func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -> Router<TollgateRequestContext> {
+    let router = Router(context: TollgateRequestContext.self)
+    router.add(middleware: ErrorMiddleware())
+    router.add(middleware: MetricsMiddleware())
+
+    OperationsRoutes<TollgateRequestContext>(registry: registry) {
+        async let redisUp = services.redis.ping()
+        async let databaseUp = services.database.ping()
+        var down: [String] = []
+        if await !redisUp { down.append("redis") }
+        if await !databaseUp { down.append("postgresql") }
+        return down
+    }.register(on: router)
+
+    let publisherRoutes = router.group().add(middleware: PublisherAuthMiddleware(authenticator: services.authenticator))
+    PaymentController(services: services).register(on: publisherRoutes)
+    AccessController(services: services).register(on: publisherRoutes)
+
+    let adminRoutes = router.group("/admin/v1").add(middleware: AdminAuthMiddleware(token: services.configuration.adminToken))
+    AdminController(services: services).register(on: adminRoutes)
+    return router
+}

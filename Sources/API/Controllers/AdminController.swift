@@ -1,0 +1,239 @@
+import Foundation
+import Hummingbird
+import Shared
+
+/// `/admin/v1`: publishers, apps, products, the queue and its dead letters.
+struct AdminController {
+    let services: APIServices
+
+    func register(on group: RouterGroup<TollgateRequestContext>) {
+        group.post("/publishers", use: self.createPublisher)
+        group.post("/publishers/:publisherId/apps", use: self.createApp)
+        group.post("/products", use: self.createProduct)
+        group.get("/products", use: self.listProducts)
+        group.patch("/products/:productId", use: self.updateProduct)
+        group.get("/queue", use: self.queue)
+        group.get("/dead-letters", use: self.deadLetters)
+        group.post("/dead-letters/:jobId/requeue", use: self.requeue)
+    }
+
+    // MARK: Publishers and apps
+
+    struct PublisherCreated: Encodable {
+        struct BasicAuth: Encodable {
+            let username: String
+            let password: String
+        }
+
+        let id: String
+        let name: String
+        let publisherToken: String
+        let basicAuth: BasicAuth
+    }
+
+    @Sendable func createPublisher(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        let json = try await Self.body(request)
+        let name = try json.requiredString("name")
+        guard name.count <= 200 else { throw APIError.invalid("name", code: "invalid_name", "name must be at most 200 characters") }
+        let (publisher, credentials) = try await self.services.catalog.createPublisher(name: name)
+        context.logger.info("publisher created", metadata: ["publisher": "\(publisher.id.uuidString.lowercased())"])
+        return JSONBody.response(.created, PublisherCreated(
+            id: publisher.id.uuidString.lowercased(), name: publisher.name, publisherToken: credentials.publisherToken,
+            basicAuth: .init(username: credentials.username, password: credentials.password)
+        ))
+    }
+
+    struct AppView: Encodable {
+        let id: String
+        let publisherId: String
+        let bundleId: String
+        let allowSandbox: Bool
+    }
+
+    @Sendable func createApp(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        guard let publisherId = context.parameters.get("publisherId").flatMap(UUID.init(uuidString:)) else { throw APIError.notFound }
+        let json = try await Self.body(request)
+        let bundleId = try Self.identifier(json.requiredString("bundleId"), field: "bundleId")
+        let sharedSecret = try json.string("sharedSecret")
+        let allowSandbox = try json.bool("allowSandbox") ?? true
+        do {
+            let app = try await self.services.catalog.createApp(
+                publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret.flatMap { $0.isEmpty ? nil : $0 },
+                allowSandbox: allowSandbox
+            )
+            return JSONBody.response(.created, AppView(
+                id: app.id.uuidString.lowercased(), publisherId: publisherId.uuidString.lowercased(), bundleId: app.bundleId,
+                allowSandbox: app.allowSandbox
+            ))
+        } catch CatalogError.unknownPublisher {
+            throw APIError.notFound
+        } catch CatalogError.conflict {
+            throw APIError(.conflict, code: "conflict", "the publisher already has an app with this bundleId", field: "bundleId")
+        }
+    }
+
+    // MARK: Products
+
+    struct ProductView: Encodable {
+        let id: String
+        let publisherId: String
+        let bundleId: String
+        let productId: String
+        let offerId: String
+        let kind: String
+        let title: String
+        let description: String?
+        let coins: Int?
+        let durationDays: Int?
+        let enabled: Bool
+        let createdAt: Int
+        let updatedAt: Int
+
+        init(_ product: Product) {
+            self.id = product.id.uuidString.lowercased()
+            self.publisherId = product.publisherId.uuidString.lowercased()
+            self.bundleId = product.bundleId
+            self.productId = product.productId
+            self.offerId = product.offerId
+            self.kind = product.kind.rawValue
+            self.title = product.title
+            self.description = product.description
+            self.coins = product.coins
+            self.durationDays = product.durationDays
+            self.enabled = product.enabled
+            self.createdAt = Int(product.createdAt.timeIntervalSince1970)
+            self.updatedAt = Int(product.updatedAt.timeIntervalSince1970)
+        }
+    }
+
+    @Sendable func createProduct(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        let json = try await Self.body(request)
+        guard let publisherId = UUID(uuidString: try json.requiredString("publisherId")) else {
+            throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")
+        }
+        let bundleId = try Self.identifier(json.requiredString("bundleId"), field: "bundleId")
+        let productId = try Self.identifier(json.requiredString("productId"), field: "productId")
+        let offerId = try json.string("offerId").map { try FieldRules.offerId($0) }
+        let kindText = try json.requiredString("kind")
+        guard let kind = ProductKind(rawValue: kindText) else {
+            throw APIError.invalid("kind", code: "invalid_kind", "kind must be consumable, non_consumable, auto_renewable or non_renewing")
+        }
+        let title = try json.requiredString("title")
+        let description = try json.string("description")
+        let coins = try json.int("coins")
+        let durationDays = try json.int("durationDays")
+        let enabled = try json.bool("enabled") ?? true
+        try Self.checkAmounts(kind: kind, coins: coins, durationDays: durationDays)
+        do {
+            let product = try await self.services.catalog.createProduct(ProductDraft(
+                publisherId: publisherId, bundleId: bundleId, productId: productId, offerId: offerId, kind: kind, title: title,
+                description: description, coins: kind == .consumable ? coins : nil,
+                durationDays: kind == .nonRenewing ? durationDays : nil, enabled: enabled
+            ))
+            return JSONBody.response(.created, ProductView(product))
+        } catch CatalogError.unknownPublisher {
+            throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")
+        } catch CatalogError.unknownApp {
+            throw APIError.invalid("bundleId", code: "unknown_app", "the publisher has no app with this bundleId")
+        } catch CatalogError.conflict(let field) {
+            throw APIError(.conflict, code: "conflict", "the app already has a product with this \(field)", field: field)
+        }
+    }
+
+    struct ProductList: Encodable {
+        let products: [ProductView]
+    }
+
+    @Sendable func listProducts(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        guard let raw = request.uri.queryParameters["publisherId"].map(String.init) else { throw APIError.missingField("publisherId") }
+        guard let publisherId = UUID(uuidString: raw) else { throw APIError.notFound }
+        guard try await self.services.catalog.publisherExists(publisherId) else { throw APIError.notFound }
+        let products = try await self.services.catalog.products(publisherId: publisherId)
+        return JSONBody.response(.ok, ProductList(products: products.map(ProductView.init)))
+    }
+
+    @Sendable func updateProduct(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        guard let id = context.parameters.get("productId").flatMap(UUID.init(uuidString:)),
+            let existing = try await self.services.catalog.product(id: id)
+        else { throw APIError.notFound }
+        let json = try await Self.body(request)
+        let patch = ProductPatch(
+            enabled: try json.bool("enabled"), title: try json.string("title"), description: try json.string("description"),
+            coins: try json.int("coins"), durationDays: try json.int("durationDays")
+        )
+        try Self.checkAmounts(kind: existing.kind, coins: patch.coins ?? existing.coins, durationDays: patch.durationDays ?? existing.durationDays)
+        let product = try await self.services.catalog.updateProduct(id: id, patch)
+        self.services.offers.remove("\(product.publisherId)|\(product.offerId)")
+        return JSONBody.response(.ok, ProductView(product))
+    }
+
+    // MARK: Queue
+
+    @Sendable func queue(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        JSONBody.response(.ok, try await self.services.queue.counts())
+    }
+
+    struct DeadLetterList: Encodable {
+        let deadLetters: [DeadLetter]
+    }
+
+    @Sendable func deadLetters(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) }.map { min(max($0, 1), 1000) } ?? 100
+        return JSONBody.response(.ok, DeadLetterList(deadLetters: try await self.services.queue.deadLetters(limit: limit)))
+    }
+
+    struct Requeued: Encodable {
+        let jobId: String
+        let status: String
+    }
+
+    @Sendable func requeue(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        guard let jobId = context.parameters.get("jobId"), let record = try await self.services.queue.record(jobId: jobId) else {
+            throw APIError.notFound
+        }
+        let outcome = try await self.services.queue.requeue(
+            jobId: jobId, publisherId: record.publisherId, customerEmail: record.customerEmail, offerId: record.offerId,
+            now: WallClock.nowMilliseconds()
+        )
+        switch outcome {
+        case .requeued:
+            context.logger.info("dead letter requeued", metadata: ["job": "\(jobId)"])
+            return JSONBody.response(.ok, Requeued(jobId: jobId, status: JobStatus.queued.rawValue))
+        case .notFailed(let status):
+            // Requeuing twice is harmless: the second call finds the job already back in the queue.
+            return JSONBody.response(.ok, Requeued(jobId: jobId, status: status.rawValue))
+        case .missing:
+            throw APIError.notFound
+        }
+    }
+
+    // MARK: Helpers
+
+    static func body(_ request: Request) async throws -> JSONObject {
+        guard PaymentController.isJSON(request.headers[.contentType]) else {
+            throw APIError(.unsupportedMediaType, code: "unsupported_media_type", "Content-Type must be application/json")
+        }
+        return try JSONObject(body: try await request.body.collect(upTo: APILimits.maxBodyBytes))
+    }
+
+    /// Bundle and product identifiers: 1-255 printable characters without spaces.
+    static func identifier(_ text: String, field: String) throws -> String {
+        guard (1...255).contains(text.utf8.count), text.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
+            throw APIError.invalid(field, code: "invalid_\(field)", "\(field) must be 1-255 printable characters without spaces")
+        }
+        return text
+    }
+
+    static func checkAmounts(kind: ProductKind, coins: Int?, durationDays: Int?) throws {
+        if kind == .consumable {
+            guard let coins else { throw APIError.missingField("coins") }
+            guard coins > 0, coins <= 1_000_000_000 else { throw APIError.invalid("coins", code: "invalid_coins", "coins must be a positive whole number") }
+        }
+        if kind == .nonRenewing {
+            guard let durationDays else { throw APIError.missingField("durationDays") }
+            guard (1...36_500).contains(durationDays) else {
+                throw APIError.invalid("durationDays", code: "invalid_duration", "durationDays must be 1-36500")
+            }
+        }
+    }
+}

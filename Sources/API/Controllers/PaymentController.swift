@@ -1,0 +1,61 @@
+import Foundation
+import Hummingbird
+import Shared
+
+/// `POST /apple/payment`: validate, enqueue atomically, answer at once.
+struct PaymentController {
+    let services: APIServices
+
+    func register(on group: RouterGroup<TollgateRequestContext>) {
+        group.post("/apple/payment", use: self.submit)
+    }
+
+    @Sendable func submit(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        let publisher = try context.requirePublisher()
+        guard Self.isJSON(request.headers[.contentType]) else {
+            throw APIError(.unsupportedMediaType, code: "unsupported_media_type", "Content-Type must be application/json")
+        }
+        let body = try await request.body.collect(upTo: APILimits.maxBodyBytes)
+        let submission = try PaymentSubmission(body: body)
+
+        let key = "\(publisher.id)|\(submission.offerId)"
+        let products = try await self.services.offers.value(for: key) {
+            let found = try await self.services.catalog.products(publisherId: publisher.id, offerId: submission.offerId)
+            return found.isEmpty ? nil : found
+        } ?? []
+        guard !products.isEmpty else {
+            throw APIError.invalid("offerId", code: "unknown_offer", "offerId is not an offer of this publisher")
+        }
+        guard products.contains(where: \.enabled) else {
+            throw APIError.invalid("offerId", code: "offer_disabled", "offerId is disabled")
+        }
+
+        let job = ReceiptJob(
+            jobId: UUID().uuidString.lowercased(), publisherId: publisher.id, customerEmail: submission.customerEmail,
+            offerId: submission.offerId, transactionId: submission.transactionId, receiptData: submission.receiptData,
+            appType: submission.appType, ipAddress: submission.ipAddress, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+        )
+        switch try await self.services.queue.enqueue(job, keyTTLSeconds: self.services.keyTTLSeconds) {
+        case .created(let jobId):
+            context.logger.info("receipt accepted", metadata: ["job": "\(jobId)", "offer": "\(job.offerId)"])
+            return JSONBody.response(.ok, Accepted(message: "OK", jobId: jobId, status: JobStatus.queued.rawValue))
+        case .duplicate(let jobId, let status):
+            context.logger.info("receipt resubmitted", metadata: ["job": "\(jobId)"])
+            return JSONBody.response(.ok, Accepted(message: "OK", jobId: jobId, status: status.rawValue))
+        case .alreadyClaimed:
+            throw APIError(.conflict, code: "already_claimed", "this transaction is already claimed by another customer", field: "receipt.transactionId")
+        }
+    }
+
+    struct Accepted: Encodable {
+        let message: String
+        let jobId: String
+        let status: String
+    }
+
+    static func isJSON(_ contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let mediaType = contentType.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+        return mediaType == "application/json"
+    }
+}

@@ -1,0 +1,40 @@
+import Hummingbird
+import Logging
+import NIOCore
+import Shared
+
+/// Turns every error into CONTRACT.md's JSON error; a dependency that is down is a 503 with
+/// `Retry-After`, and only a real fault is a 500. Logs name the error's type, never request data.
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as APIError {
+            return error.response
+        } catch let error as RedisError where error.isConnectionFailure {
+            context.logger.warning("Redis unavailable", metadata: ["error": "\(error)"])
+            return APIError.unavailable("the queue").response
+        } catch let error as PostgresError where error.isConnectionFailure {
+            context.logger.warning("PostgreSQL unavailable", metadata: ["error": "\(error)"])
+            return APIError.unavailable("the database").response
+        } catch is NIOTooManyBytesError {
+            return APIError(.contentTooLarge, code: "body_too_large", "the body is larger than 1 MiB").response
+        } catch let error as any HTTPResponseError {
+            return Self.translate(error.status).response
+        } catch {
+            context.logger.error("request failed", metadata: ["error": "\(String(describing: type(of: error)))", "detail": "\(error)"])
+            return APIError(.internalServerError, code: "internal", "internal error").response
+        }
+    }
+
+    private static func translate(_ status: HTTPResponse.Status) -> APIError {
+        switch status {
+        case .notFound: APIError.notFound
+        case .methodNotAllowed: APIError(.methodNotAllowed, code: "method_not_allowed", "method not allowed on this route")
+        case .contentTooLarge: APIError(.contentTooLarge, code: "body_too_large", "the body is larger than 1 MiB")
+        case .unauthorized: APIError.unauthorized
+        case .badRequest: APIError(.badRequest, code: "bad_request", "the request is malformed")
+        default: APIError(status, code: "http_\(status.code)", status.reasonPhrase)
+        }
+    }
+}
