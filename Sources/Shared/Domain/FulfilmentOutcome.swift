@@ -1,0 +1,11 @@
+/// Where fulfilling one job ended, before it is recorded in the queue.
+public enum FulfilmentOutcome: Sendable, Equatable {
+    /// Committed in PostgreSQL; `expiresAt` in Unix seconds when the access ends.
+    case granted(environment: String, expiresAt: Int?)
+    /// Final refusal.
+    case rejected(JobReason, environment: String?)
+    /// Dead-letter at once (an operator must act).
+    case failed(JobReason, detail: String)
+    /// Try again later, within `attemptLimit` (the policy's when `nil`); `exhausted` is the end once out of attempts.
+    case retry(JobReason, detail: String, attemptLimit: Int?, exhausted: AppleVerdict.Exhaustion)
+}

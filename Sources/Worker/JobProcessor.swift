@@ -1,0 +1,97 @@
+import Logging
+import Shared
+
+/// Takes one delivery from start to a recorded outcome. Safe to run twice for one job (a replay after a
+/// crash or a claim): the grant is idempotent in PostgreSQL, and a final job is only acknowledged.
+struct JobProcessor: Sendable {
+    let queue: ReceiptQueue
+    let fulfiller: Fulfiller
+    let retry: RetryPolicy
+    let retentionSeconds: Int
+    let logger: Logger
+
+    func process(_ delivery: QueueDelivery) async {
+        var logger = self.logger
+        logger[metadataKey: "job"] = "\(delivery.jobId)"
+        guard !delivery.jobId.isEmpty else {
+            logger.warning("dropping a stream entry without a job id", metadata: ["entry": "\(delivery.entryId)"])
+            try? await self.queue.acknowledge(delivery)
+            return
+        }
+        let start: StartOutcome
+        do {
+            start = try await self.queue.start(delivery, now: WallClock.nowMilliseconds())
+        } catch {
+            // The entry stays pending; a claim brings it back once Redis answers again.
+            logger.warning("cannot start job", metadata: ["error": "\(error)"])
+            return
+        }
+        switch start {
+        case .missing:
+            logger.warning("job status is gone; acknowledging its entry")
+            try? await self.queue.acknowledge(delivery)
+        case .final(let status):
+            logger.debug("job already final; acknowledging replayed entry", metadata: ["status": "\(status.rawValue)"])
+            try? await self.queue.acknowledge(delivery)
+        case .ready(let job, let attempt, let acceptedAt):
+            logger[metadataKey: "attempt"] = "\(attempt)"
+            WorkerMetrics.inFlight.increment(by: 1)
+            let outcome = await self.fulfiller.fulfil(job, logger: logger)
+            WorkerMetrics.inFlight.decrement(by: 1)
+            await self.record(outcome, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
+        }
+    }
+
+    private func record(_ outcome: FulfilmentOutcome, delivery: QueueDelivery, job: ReceiptJob, attempt: Int, acceptedAt: Int, logger: Logger) async {
+        let now = WallClock.nowMilliseconds()
+        do {
+            switch outcome {
+            case .granted(let environment, let expiresAt):
+                try await self.queue.finish(
+                    delivery, job: job, status: .granted, reason: nil, environment: environment, expiresAt: expiresAt, now: now,
+                    retentionSeconds: self.retentionSeconds
+                )
+                WorkerMetrics.job(status: .granted, reason: nil)
+                WorkerMetrics.grantLatency(milliseconds: now - acceptedAt)
+                logger.info("granted", metadata: ["environment": "\(environment)"])
+            case .rejected(let reason, let environment):
+                try await self.finishRejected(delivery, job: job, reason: reason, environment: environment, now: now, logger: logger)
+            case .failed(let reason, let detail):
+                try await self.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, logger: logger)
+            case .retry(let reason, let detail, let limit, let exhausted):
+                let withinLimit = limit.map { attempt < $0 } ?? true
+                if withinLimit, self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt) {
+                    let due = now + self.retry.delay(afterAttempt: attempt)
+                    try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now)
+                    WorkerMetrics.job(status: .retrying, reason: reason)
+                    logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(due - now)"])
+                } else {
+                    switch exhausted {
+                    case .rejected(let final):
+                        try await self.finishRejected(delivery, job: job, reason: final, environment: nil, now: now, logger: logger)
+                    case .failed(let final):
+                        try await self.deadLetter(delivery, job: job, reason: final, detail: detail, now: now, logger: logger)
+                    }
+                }
+            }
+        } catch {
+            // Not acknowledged: the entry stays pending and is replayed; the grant, if any, is already durable.
+            logger.warning("cannot record outcome", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func finishRejected(_ delivery: QueueDelivery, job: ReceiptJob, reason: JobReason, environment: String?, now: Int, logger: Logger) async throws {
+        try await self.queue.finish(
+            delivery, job: job, status: .rejected, reason: reason, environment: environment, expiresAt: nil, now: now,
+            retentionSeconds: self.retentionSeconds
+        )
+        WorkerMetrics.job(status: .rejected, reason: reason)
+        logger.info("rejected", metadata: ["reason": "\(reason.rawValue)"])
+    }
+
+    private func deadLetter(_ delivery: QueueDelivery, job: ReceiptJob, reason: JobReason, detail: String, now: Int, logger: Logger) async throws {
+        try await self.queue.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, retentionSeconds: self.retentionSeconds)
+        WorkerMetrics.job(status: .failed, reason: reason)
+        logger.warning("failed; dead-lettered", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)"])
+    }
+}

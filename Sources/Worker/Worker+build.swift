@@ -1,0 +1,106 @@
+import AsyncHTTPClient
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import Prometheus
+import ServiceLifecycle
+import Shared
+
+/// Wires the worker: clients, the consumer, the retry promoter and the metrics/health server, run as one
+/// service group that shuts down gracefully on SIGTERM/SIGINT within `TOLLGATE_SHUTDOWN_GRACE_S`.
+func runWorker(configuration: Configuration, logger: Logger) async throws {
+    let registry = MetricsSetup.bootstrap()
+    let redis = RedisClient(configuration: configuration.redis, connections: configuration.redisPoolSize)
+    // Blocking reads hold their connection, so they get a client of their own.
+    let reader = RedisClient(configuration: configuration.redis, connections: 1)
+    let database = PostgresClient(url: configuration.databaseURL, connections: configuration.databasePoolSize)
+    var httpConfiguration = HTTPClient.Configuration()
+    httpConfiguration.connectionPool = .init(
+        idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.workerConcurrency
+    )
+    httpConfiguration.timeout = .init(connect: .milliseconds(Int64(min(configuration.appleTimeoutMilliseconds, 10_000))))
+    let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
+
+    let queue = ReceiptQueue(redis: redis, prefix: configuration.queuePrefix)
+    await prepare(queue: queue, redis: redis, logger: logger)
+
+    let catalog = CatalogStore(database: database)
+    let fulfiller = Fulfiller(
+        catalog: catalog, grants: GrantStore(database: database),
+        apple: VerifyReceiptClient(
+            http: http, productionURL: configuration.appleProductionURL, sandboxURL: configuration.appleSandboxURL,
+            timeoutMilliseconds: configuration.appleTimeoutMilliseconds
+        )
+    )
+    let processor = JobProcessor(
+        queue: queue, fulfiller: fulfiller, retry: configuration.retry, retentionSeconds: configuration.jobRetentionSeconds, logger: logger
+    )
+    let consumer = Consumer(
+        queue: queue, reader: reader, processor: processor, name: configuration.workerName,
+        concurrency: configuration.workerConcurrency, claimMinIdleMilliseconds: configuration.claimMinIdleMilliseconds, logger: logger
+    )
+    let promoter = Promoter(queue: queue, logger: logger)
+
+    let router = Router()
+    OperationsRoutes<BasicRequestContext>(registry: registry) {
+        async let redisUp = redis.ping()
+        async let databaseUp = database.ping()
+        var down: [String] = []
+        if await !redisUp { down.append("redis") }
+        if await !databaseUp { down.append("postgresql") }
+        return down
+    }.register(on: router)
+    let portFile = configuration.portFile
+    let operations = Application(
+        router: router,
+        configuration: .init(address: .hostname(configuration.httpHost, port: configuration.metricsPort), serverName: "tollgate-worker"),
+        onServerRunning: { channel in
+            let port = channel.localAddress?.port ?? configuration.metricsPort
+            logger.info("serving metrics and health", metadata: ["port": "\(port)"])
+            if let portFile { try? PortFile.write(port, to: portFile) }
+        },
+        logger: logger
+    )
+
+    // Services stop in reverse order: the consumer first (it drains), the metrics server last.
+    var groupConfiguration = ServiceGroupConfiguration(
+        services: [
+            .init(service: operations),
+            .init(service: promoter),
+            .init(service: consumer),
+        ],
+        gracefulShutdownSignals: [.sigterm, .sigint],
+        logger: logger
+    )
+    // Past the grace period the jobs still in flight are cancelled; their entries stay pending for peers.
+    groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownGraceSeconds)
+    groupConfiguration.maximumCancellationDuration = .seconds(5)
+    logger.info("worker started", metadata: ["concurrency": "\(configuration.workerConcurrency)"])
+    do {
+        try await ServiceGroup(configuration: groupConfiguration).run()
+    } catch {
+        logger.error("worker stopped with an error", metadata: ["error": "\(error)"])
+    }
+    try? await http.shutdown()
+    await reader.shutdown()
+    await redis.shutdown()
+    await database.shutdown()
+    logger.info("worker stopped")
+}
+
+/// Creates the consumer group and loads the scripts, retrying while Redis is away.
+private func prepare(queue: ReceiptQueue, redis: RedisClient, logger: Logger) async {
+    var delay = 100
+    while true {
+        do {
+            try await queue.prepare()
+            await RedisSafety.warnIfUnsafe(redis: redis, logger: logger)
+            return
+        } catch {
+            logger.warning("Redis not ready; retrying", metadata: ["error": "\(error)"])
+            try? await Task.sleep(for: .milliseconds(delay))
+            delay = min(delay * 2, 5000)
+        }
+    }
+}

@@ -1,0 +1,35 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Shared
+
+/// `tollgate-worker`: verifies queued receipts with Apple and grants in PostgreSQL. Run as many as you like.
+@main
+struct Worker: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tollgate-worker",
+        abstract: "Consumes the receipt queue, verifies with Apple, grants entitlements exactly once."
+    )
+
+    @Option(help: "Verifications in flight (overrides TOLLGATE_WORKER_CONCURRENCY).") var concurrency: Int?
+    @Option(help: "Consumer name in the stream's group (overrides TOLLGATE_WORKER_NAME).") var name: String?
+    @Option(help: "Port for /metrics and health (overrides TOLLGATE_METRICS_PORT).") var metricsPort: Int?
+
+    func run() async throws {
+        var environment = ProcessInfo.processInfo.environment
+        if let concurrency { environment["TOLLGATE_WORKER_CONCURRENCY"] = String(concurrency) }
+        if let name { environment["TOLLGATE_WORKER_NAME"] = name }
+        if let metricsPort { environment["TOLLGATE_METRICS_PORT"] = String(metricsPort) }
+        let configuration: Configuration
+        do {
+            configuration = try Configuration(environment: environment, portFileVariable: "TOLLGATE_METRICS_PORT_FILE")
+        } catch let error as ConfigurationError {
+            FileHandle.standardError.write(Data("tollgate-worker: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+        LoggingSetup.bootstrap(format: configuration.logFormat, level: configuration.logLevel)
+        var logger = Logger(label: "tollgate.worker")
+        logger[metadataKey: "worker"] = "\(configuration.workerName)"
+        try await runWorker(configuration: configuration, logger: logger)
+    }
+}

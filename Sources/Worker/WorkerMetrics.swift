@@ -1,0 +1,29 @@
+import Metrics
+import Shared
+
+/// The worker's metrics (swift-metrics, exported by Prometheus).
+enum WorkerMetrics {
+    static func appleCall(environment: String, verdict: AppleVerdict, duration: Duration) {
+        let outcome: String
+        switch verdict {
+        case .valid: outcome = "valid"
+        case .askSandbox: outcome = "ask_sandbox"
+        case .askProduction: outcome = "ask_production"
+        case .reject(let reason, _): outcome = "reject_\(reason.rawValue)"
+        case .fail(let reason, _): outcome = "fail_\(reason.rawValue)"
+        case .retry: outcome = "retry"
+        }
+        Timer(label: "tollgate_apple_call_duration_seconds", dimensions: [("environment", environment), ("outcome", outcome)])
+            .recordNanoseconds(duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
+    }
+
+    static func job(status: JobStatus, reason: JobReason?) {
+        Counter(label: "tollgate_jobs_total", dimensions: [("status", status.rawValue), ("reason", reason?.rawValue ?? "")]).increment()
+    }
+
+    static func grantLatency(milliseconds: Int) {
+        Timer(label: "tollgate_accepted_to_granted_seconds").recordMilliseconds(milliseconds)
+    }
+
+    static let inFlight = Meter(label: "tollgate_verifications_in_flight")
+}
