@@ -87,22 +87,31 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        .target(
+            name: "TestSupport",
+            dependencies: [
+                "Shared",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/TestSupport",
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "SharedTests",
-            dependencies: ["Shared"],
+            dependencies: ["Shared", "TestSupport"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "APITests",
             dependencies: [
-                "API", "Shared",
+                "API", "Shared", "TestSupport",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             swiftSettings: strict
         ),
         .testTarget(
             name: "WorkerTests",
-            dependencies: ["Worker", "Shared"],
+            dependencies: ["Worker", "Shared", "TestSupport"],
             swiftSettings: strict
         ),
         .testTarget(
@@ -116,8 +125,9 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "Shared",
+                "Shared", "TestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ],
             swiftSettings: strict
         ),

@@ -24,6 +24,8 @@ final class PostgresConnection {
             PQfinish(handle)
             throw PostgresError(.connection, message)
         }
+        // Server notices ("relation … already exists, skipping") are not errors; libpq would print them to stderr.
+        PQsetNoticeProcessor(handle, { _, _ in }, nil)
         self.handle = handle
     }
 

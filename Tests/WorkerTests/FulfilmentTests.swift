@@ -1,0 +1,143 @@
+import Foundation
+import Shared
+import Testing
+import TestSupport
+@testable import Worker
+
+/// The worker's fulfilment of one job, through the real emulator, Redis and PostgreSQL.
+@Suite("Fulfilment")
+struct FulfilmentTests {
+    static let bundle = "com.example.worker"
+
+    @Test("a non-renewing purchase grants durationDays from the purchase")
+    func nonRenewing() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "pass30", offerId: "PASS30", kind: .nonRenewing, days: 30)
+            let purchase = Int64(WallClock.nowMilliseconds()) - 86_400_000
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "pass30", transactionId: transaction, purchaseDateMs: purchase)])
+            let job = try await harness.submit(offerId: "PASS30", transactionId: transaction, receipt: receipt)
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == .granted)
+            #expect(record.environment == "Production")
+            #expect(record.expiresAt == Int(purchase / 1000) + 30 * 86_400)
+            let access = try await AccessStore(database: harness.database).access(publisherId: harness.publisher.id, customerEmail: "buyer@example.com", offerId: "PASS30")
+            #expect(access.granted)
+        }
+    }
+
+    @Test("a sandbox receipt is asked again at the sandbox URL (21007) and granted there")
+    func sandboxRedirect() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox")
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            #expect(record.status == .granted)
+            #expect(record.environment == "Sandbox")
+        }
+    }
+
+    @Test("a sandbox receipt for an app that does not allow sandbox is rejected sandbox_not_allowed")
+    func sandboxNotAllowed() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle, allowSandbox: false)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox")
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            #expect(record.status == .rejected)
+            #expect(record.reason == "sandbox_not_allowed")
+        }
+    }
+
+    enum Mismatch: String, CaseIterable, Sendable {
+        case bundle, transaction, offer
+    }
+
+    @Test("the answer must name the publisher's bundle, the submitted transaction and a product of the offer", arguments: Mismatch.allCases)
+    func mismatches(_ mismatch: Mismatch) async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            try await harness.product(Self.bundle, productId: "other", offerId: "OTHER", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let bundle = mismatch == .bundle ? "com.someone.else" : Self.bundle
+            let product = mismatch == .offer ? "other" : "premium"
+            let receipt = ScenarioReceipt.make(bundleId: bundle, purchases: [.init(productId: product, transactionId: transaction)])
+            let submitted = mismatch == .transaction ? ScenarioReceipt.transactionId() : transaction
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: submitted, receipt: receipt))
+            #expect(record.status == .rejected)
+            let expected = ["bundle": "bundle_mismatch", "transaction": "transaction_not_found", "offer": "offer_mismatch"][mismatch.rawValue]
+            #expect(record.reason == expected)
+            #expect(try await harness.database.query("SELECT count(*) AS n FROM entitlements").first?.decode(Int.self, "n") == 0)
+        }
+    }
+
+    @Test("Apple failing (HTTP 503) puts the job in retrying with a due time; it is granted on a later attempt")
+    func retryThenGrant() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "coins", offerId: "COINS", kind: .consumable, coins: 50)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "coins", transactionId: transaction)],
+                extra: ["fail": ["count": 2, "mode": "http503"]]
+            )
+            let job = try await harness.submit(offerId: "COINS", transactionId: transaction, receipt: receipt)
+            try await harness.work()
+            let retrying = try #require(try await harness.queue.record(jobId: job))
+            #expect(retrying.status == .retrying)
+            #expect(retrying.attempts == 1)
+            #expect(retrying.reason == "apple_unavailable")
+            #expect(retrying.nextAttemptAtMilliseconds != nil)
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == .granted)
+            #expect(record.attempts == 3)
+            #expect(try await AccessStore(database: harness.database).coinBalance(publisherId: harness.publisher.id, customerEmail: "buyer@example.com") == 50)
+        }
+    }
+
+    @Test("a wrong shared secret (21004) fails at once and is dead-lettered; the right one is sent as password")
+    func sharedSecret() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle, sharedSecret: "right-secret")
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let good = ScenarioReceipt.transactionId()
+            let goodReceipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: good)], extra: ["sharedSecret": "right-secret"]
+            )
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: good, receipt: goodReceipt)).status == .granted)
+
+            let bad = ScenarioReceipt.transactionId()
+            let badReceipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: bad)], extra: ["sharedSecret": "another-secret"]
+            )
+            let job = try await harness.submit(email: "second@example.com", offerId: "PREMIUM", transactionId: bad, receipt: badReceipt)
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == .failed)
+            #expect(record.reason == "shared_secret_mismatch")
+            #expect(record.attempts == 1)
+            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == [job])
+        }
+    }
+
+    @Test("attempts past the limit dead-letter the job as failed apple_unavailable")
+    func exhaustedRetries() async throws {
+        try await WorkerHarness.with(retry: RetryPolicy(baseMilliseconds: 5, maxDelayMilliseconds: 10, maxAttempts: 3, maxAgeSeconds: 3600)) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)],
+                extra: ["fail": ["count": 100, "mode": "http500"]]
+            )
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            #expect(record.status == .failed)
+            #expect(record.reason == "apple_unavailable")
+            #expect(record.attempts == 3)
+        }
+    }
+}

@@ -1,0 +1,103 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import Shared
+import TestSupport
+@testable import Worker
+
+/// The worker's own pieces (queue, fulfiller, processor) in-process, against the real Redis, a fresh
+/// PostgreSQL database and a real emulator process.
+final class WorkerHarness: @unchecked Sendable {
+    // @unchecked Sendable: every stored property is immutable after init and itself thread-safe.
+    let emulator: ManagedProcess
+    let redis: RedisClient
+    let database: PostgresClient
+    let http = HTTPClient(eventLoopGroupProvider: .singleton)
+    let queue: ReceiptQueue
+    let catalog: CatalogStore
+    let processor: JobProcessor
+    let publisher: Publisher
+
+    init(retry: RetryPolicy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 50, maxAttempts: 5, maxAgeSeconds: 3600)) async throws {
+        self.emulator = try ManagedProcess(
+            executable: "appstore-emulator", arguments: ["--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
+        )
+        let base = "http://127.0.0.1:\(try await self.emulator.port())"
+        self.redis = try TestEnvironment.redis()
+        self.database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 4)
+        self.queue = ReceiptQueue(redis: self.redis, prefix: TestEnvironment.uniquePrefix())
+        try await self.queue.prepare()
+        self.catalog = CatalogStore(database: self.database)
+        let fulfiller = Fulfiller(
+            catalog: self.catalog, grants: GrantStore(database: self.database),
+            apple: VerifyReceiptClient(
+                http: self.http, productionURL: "\(base)/verifyReceipt", sandboxURL: "\(base)/sandbox/verifyReceipt", timeoutMilliseconds: 5000
+            )
+        )
+        self.processor = JobProcessor(queue: self.queue, fulfiller: fulfiller, retry: retry, retentionSeconds: 86_400, logger: Logger(label: "test.worker"))
+        self.publisher = try await self.catalog.createPublisher(name: "Worker tests").0
+    }
+
+    /// Runs `body` with a fresh harness and always shuts it down, on failure too.
+    static func with(
+        retry: RetryPolicy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 50, maxAttempts: 5, maxAgeSeconds: 3600),
+        _ body: (WorkerHarness) async throws -> Void
+    ) async throws {
+        let harness = try await WorkerHarness(retry: retry)
+        do {
+            try await body(harness)
+        } catch {
+            await harness.shutdown()
+            throw error
+        }
+        await harness.shutdown()
+    }
+
+    func shutdown() async {
+        await self.emulator.stop()
+        try? await self.http.shutdown()
+        await self.redis.shutdown()
+        await self.database.shutdown()
+    }
+
+    @discardableResult
+    func app(_ bundleId: String, sharedSecret: String? = nil, allowSandbox: Bool = true) async throws -> App {
+        try await self.catalog.createApp(publisherId: self.publisher.id, bundleId: bundleId, sharedSecret: sharedSecret, allowSandbox: allowSandbox)
+    }
+
+    @discardableResult
+    func product(_ bundleId: String, productId: String, offerId: String, kind: ProductKind, coins: Int? = nil, days: Int? = nil) async throws -> Product {
+        try await self.catalog.createProduct(ProductDraft(
+            publisherId: self.publisher.id, bundleId: bundleId, productId: productId, offerId: offerId, kind: kind, title: productId,
+            description: nil, coins: coins, durationDays: days, enabled: true
+        ))
+    }
+
+    /// Enqueues a submission and returns its job id.
+    func submit(email: String = "buyer@example.com", offerId: String, transactionId: String?, receipt: String) async throws -> String {
+        let job = ReceiptJob(
+            jobId: UUID().uuidString.lowercased(), publisherId: self.publisher.id, customerEmail: email, offerId: offerId,
+            transactionId: transactionId, receiptData: receipt, appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+        )
+        guard case .created(let id) = try await self.queue.enqueue(job, keyTTLSeconds: 3600) else { throw ManagedProcess.Failure("not created") }
+        return id
+    }
+
+    /// Reads what the stream offers and processes it, as the consumer does; returns how many it processed.
+    @discardableResult
+    func work() async throws -> Int {
+        let deliveries = try await self.queue.readNew(consumer: "test", count: 100, blockMilliseconds: 100, blockingClient: self.redis)
+        for delivery in deliveries { await self.processor.process(delivery) }
+        return deliveries.count
+    }
+
+    /// Works (promoting due retries) until the job is final.
+    func workUntilFinal(_ jobId: String, timeout: Duration = .seconds(30)) async throws -> JobRecord {
+        try await Poll.until(timeout: timeout, interval: .milliseconds(20), "job \(jobId) final") {
+            try await self.queue.promoteDue(now: WallClock.nowMilliseconds())
+            try await self.work()
+            let record = try await self.queue.record(jobId: jobId)
+            return record?.status.isFinal == true ? record : nil
+        }
+    }
+}
