@@ -11,6 +11,7 @@ import Shared
 /// service group that shuts down gracefully on SIGTERM/SIGINT within `TOLLGATE_SHUTDOWN_GRACE_S`.
 func runWorker(configuration: Configuration, logger: Logger) async throws {
     let registry = MetricsSetup.bootstrap()
+    WorkerMetrics.register()
     let redis = RedisClient(configuration: configuration.redis, connections: configuration.redisPoolSize)
     // Blocking reads hold their connection, so they get a client of their own.
     let reader = RedisClient(configuration: configuration.redis, connections: 1)

@@ -26,4 +26,9 @@ enum WorkerMetrics {
     }
 
     static let inFlight = Meter(label: "tollgate_verifications_in_flight")
+
+    /// Creates the metrics a scrape should show even before the first job (zero, not absent).
+    static func register() {
+        Self.inFlight.set(0)
+    }
 }

@@ -1,0 +1,461 @@
+#!/usr/bin/env bash
+# Shared helpers for ops/local and ops/test. Source it; do not run it.
+# shellcheck shell=bash
+
+if [[ -n "${TG_COMMON_LOADED:-}" ]]; then
+  return 0
+fi
+TG_COMMON_LOADED=1
+
+TG_PG_BIN="${TG_PG_BIN:-/usr/lib/postgresql/15/bin}"
+TG_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+
+# ---------------------------------------------------------------- messages
+
+tg_log() {
+  printf '==> %s\n' "$*"
+}
+
+tg_warn() {
+  printf '==> warning: %s\n' "$*" >&2
+}
+
+tg_die() {
+  printf '==> error: %s\n' "$*" >&2
+  exit 1
+}
+
+# Print the last lines of a log file to stderr (for failure reports).
+tg_log_tail() {
+  local file="$1" lines="${2:-40}"
+  if [[ -f "$file" ]]; then
+    printf -- '--- last %s lines of %s ---\n' "$lines" "$file" >&2
+    tail -n "$lines" "$file" >&2 || true
+    printf -- '--- end of %s ---\n' "$file" >&2
+  else
+    printf -- '--- %s does not exist ---\n' "$file" >&2
+  fi
+}
+
+# Seconds since the epoch (integer).
+tg_now() {
+  date +%s
+}
+
+# ------------------------------------------------------------ dependencies
+
+# Run a command as root: directly when we are root, through sudo otherwise.
+tg_as_root() {
+  if [[ "$(id -u)" -eq 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo -n "$@"
+  else
+    tg_die "need root to run: $* (no sudo available)"
+  fi
+}
+
+# Install the Debian packages the project needs, only those missing.
+tg_install_deps() {
+  local -a missing=()
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  command -v curl >/dev/null 2>&1 || missing+=(curl ca-certificates)
+  command -v ss >/dev/null 2>&1 || missing+=(iproute2)
+  command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+  if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists hiredis; then
+    missing+=(libhiredis-dev)
+  fi
+  [[ -x "$TG_PG_BIN/initdb" && -x "$TG_PG_BIN/pg_ctl" && -x "$TG_PG_BIN/postgres" ]] \
+    || missing+=(postgresql-15)
+  [[ -x "$TG_PG_BIN/psql" ]] || missing+=(postgresql-client-15)
+  if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libpq; then
+    missing+=(libpq-dev)
+  fi
+
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    tg_log "system packages: all present"
+    return 0
+  fi
+  tg_log "installing missing system packages: ${missing[*]}"
+  tg_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null \
+    || tg_die "apt-get update failed"
+  tg_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+    --no-install-recommends --no-upgrade "${missing[@]}" </dev/null \
+    || tg_die "apt-get install failed for: ${missing[*]}"
+  # Debian starts a system redis/postgres from the packages; we run our own,
+  # on our own ports, so those are left alone (we never bind their ports in tests).
+  tg_log "system packages installed"
+}
+
+# ------------------------------------------------------------------- ports
+
+# A free TCP port on 127.0.0.1, chosen by the kernel.
+tg_free_port() {
+  python3 - <<'PY'
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+PY
+}
+
+# True when something listens on TCP PORT (any address).
+tg_port_listening() {
+  local port="$1"
+  [[ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]]
+}
+
+# A short description of who listens on PORT (best effort).
+tg_port_owner() {
+  local port="$1" line
+  line="$(ss -Hltnp "sport = :$port" 2>/dev/null | head -n 1)"
+  if [[ "$line" =~ users:\(\(\"([^\"]*)\",pid=([0-9]+) ]]; then
+    printf '%s (pid %s)' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+  else
+    printf 'an unknown process'
+  fi
+}
+
+# Wait until HOST:PORT accepts TCP connections, for at most SECONDS.
+tg_wait_tcp() {
+  local host="$1" port="$2" seconds="$3" deadline
+  deadline=$(( $(tg_now) + seconds ))
+  while true; do
+    if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
+      return 0
+    fi
+    if (( $(tg_now) >= deadline )); then
+      printf '==> error: nothing accepts connections on %s:%s after %ss\n' "$host" "$port" "$seconds" >&2
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+# Wait until URL answers HTTP 200, for at most SECONDS. Optional PID: fail
+# early when that process has exited.
+tg_wait_http_ok() {
+  local url="$1" seconds="$2" pid="${3:-}" deadline code
+  deadline=$(( $(tg_now) + seconds ))
+  while true; do
+    code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url" 2>/dev/null || true)"
+    if [[ "$code" == "200" ]]; then
+      return 0
+    fi
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+      printf '==> error: process %s exited while waiting for %s\n' "$pid" "$url" >&2
+      return 1
+    fi
+    if (( $(tg_now) >= deadline )); then
+      printf '==> error: %s did not answer 200 within %ss (last status: %s)\n' "$url" "$seconds" "${code:-none}" >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+# ----------------------------------------------------------------- processes
+
+# True when PID is a live process (a zombie, exited but not yet reaped, is not).
+tg_pid_alive() {
+  local pid="$1" stat
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  stat="$( { cat "/proc/$pid/stat"; } 2>/dev/null || true)"
+  [[ -n "$stat" ]] || return 1
+  stat="${stat##*) }"
+  [[ "${stat:0:1}" != "Z" ]]
+}
+
+# The pid stored in FILE, when that process is alive; empty otherwise.
+tg_pidfile_pid() {
+  local file="$1" pid
+  [[ -f "$file" ]] || return 0
+  pid="$(head -n 1 "$file" 2>/dev/null | tr -dc '0-9')"
+  if tg_pid_alive "$pid"; then
+    printf '%s' "$pid"
+  fi
+}
+
+# Wait until PID has exited, for at most SECONDS (fractional polling).
+tg_wait_pid_gone() {
+  local pid="$1" seconds="$2" deadline
+  deadline=$(( $(tg_now) + seconds ))
+  while tg_pid_alive "$pid"; do
+    if (( $(tg_now) >= deadline )); then
+      return 1
+    fi
+    sleep 0.1
+  done
+  return 0
+}
+
+# Stop the process named in FILE: SIGTERM, wait up to SECONDS (default 30),
+# then SIGKILL. Removes FILE.
+tg_stop_pidfile() {
+  local file="$1" seconds="${2:-30}" pid name
+  name="$(basename "$file" .pid)"
+  pid="$(tg_pidfile_pid "$file")"
+  if [[ -z "$pid" ]]; then
+    rm -f "$file"
+    return 0
+  fi
+  tg_log "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  if ! tg_wait_pid_gone "$pid" "$seconds"; then
+    tg_warn "$name (pid $pid) ignored SIGTERM for ${seconds}s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    tg_wait_pid_gone "$pid" 5 || tg_warn "$name (pid $pid) is still alive after SIGKILL"
+  fi
+  rm -f "$file"
+}
+
+# Pids of processes whose command line contains TEXT (never our own shell).
+tg_pids_matching() {
+  local text="$1" dir pid cmd
+  for dir in /proc/[0-9]*; do
+    pid="${dir#/proc/}"
+    [[ "$pid" == "$$" || "$pid" == "$BASHPID" ]] && continue
+    cmd="$( { tr '\0' ' ' <"$dir/cmdline"; } 2>/dev/null || true)"
+    [[ -n "$cmd" && "$cmd" == *"$text"* ]] && printf '%s\n' "$pid"
+  done
+  return 0
+}
+
+# Pids of the live (non-zombie) processes in process group PGID.
+tg_group_pids() {
+  local pgid="$1" stat_file stat rest state ppid pgrp
+  for stat_file in /proc/[0-9]*/stat; do
+    stat="$( { cat "$stat_file"; } 2>/dev/null || true)"
+    [[ -n "$stat" ]] || continue
+    rest="${stat##*) }"
+    read -r state ppid pgrp _ <<<"$rest"
+    : "$ppid"
+    if [[ "$pgrp" == "$pgid" && "$state" != "Z" ]]; then
+      stat_file="${stat_file#/proc/}"
+      printf '%s\n' "${stat_file%/stat}"
+    fi
+  done
+  return 0
+}
+
+# True while process group PGID has a live member.
+tg_group_alive() {
+  [[ -n "$(tg_group_pids "$1")" ]]
+}
+
+# Wait up to SECONDS for process group PGID to empty.
+tg_wait_group_gone() {
+  local pgid="$1" seconds="$2" deadline
+  deadline=$(( $(tg_now) + seconds ))
+  while tg_group_alive "$pgid"; do
+    (( $(tg_now) >= deadline )) && return 1
+    sleep 0.2
+  done
+  return 0
+}
+
+# Send SIGNAL to process group PGID and wait up to SECONDS; then SIGTERM
+# (10 s more) when SIGNAL was something else, then SIGKILL.
+tg_stop_group() {
+  local pgid="$1" signal="${2:-TERM}" seconds="${3:-30}"
+  tg_group_alive "$pgid" || return 0
+  kill "-$signal" -- "-$pgid" 2>/dev/null || true
+  tg_wait_group_gone "$pgid" "$seconds" && return 0
+  if [[ "$signal" != "TERM" ]]; then
+    tg_warn "process group $pgid still alive ${seconds}s after SIG$signal; sending SIGTERM"
+    kill -TERM -- "-$pgid" 2>/dev/null || true
+    tg_wait_group_gone "$pgid" 10 && return 0
+  fi
+  tg_warn "process group $pgid still alive; sending SIGKILL"
+  kill -KILL -- "-$pgid" 2>/dev/null || true
+  tg_wait_group_gone "$pgid" 5 || tg_warn "process group $pgid survived SIGKILL"
+}
+
+# SIGTERM, then SIGKILL, every process whose command line contains TEXT.
+tg_kill_matching() {
+  local text="$1" pid
+  local -a pids=()
+  mapfile -t pids < <(tg_pids_matching "$text")
+  [[ ${#pids[@]} -eq 0 ]] && return 0
+  tg_log "stopping ${#pids[@]} leftover process(es) from $text: ${pids[*]}"
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  for pid in "${pids[@]}"; do
+    if ! tg_wait_pid_gone "$pid" 5; then
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+}
+
+# ---------------------------------------------------------------- postgres
+
+# Run a PostgreSQL server binary as the postgres user, from a directory it can read.
+tg_pg_run() {
+  (cd / && runuser -u postgres -- "$@")
+}
+
+# psql as the superuser, over the server's socket directory.
+tg_psql() {
+  local dir="$1" port="$2"
+  shift 2
+  PGCONNECT_TIMEOUT=5 "$TG_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 \
+    -h "$dir/sock" -p "$port" -U postgres -d postgres "$@"
+}
+
+# Port of the running postmaster of DIR/data (from postmaster.pid), or empty.
+tg_postgres_running_port() {
+  local dir="$1"
+  if tg_pg_run "$TG_PG_BIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+    sed -n 4p "$dir/data/postmaster.pid" 2>/dev/null || true
+  fi
+}
+
+# Start PostgreSQL with its data under DIR/data, listening on 127.0.0.1:PORT.
+# MODE: "durable" (default; fsync on) or "fast" (fsync and synchronous_commit
+# off; only for throwaway test data). Creates role and database "tollgate".
+tg_start_postgres() {
+  local dir="$1" port="$2" mode="${3:-durable}" running durability
+  case "$mode" in
+    durable) durability="-c fsync=on -c synchronous_commit=on" ;;
+    fast) durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off" ;;
+    *) tg_die "tg_start_postgres: unknown mode '$mode' (durable|fast)" ;;
+  esac
+
+  mkdir -p "$dir"
+  chown postgres:postgres "$dir"
+  chmod 755 "$dir"
+  if ! tg_pg_run test -w "$dir"; then
+    tg_die "user postgres cannot reach $dir: every parent directory must be traversable by it (use a directory under /tmp)"
+  fi
+
+  if [[ ! -f "$dir/data/PG_VERSION" ]]; then
+    tg_log "initialising PostgreSQL data directory $dir/data"
+    tg_pg_run "$TG_PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --locale=C \
+      >"$dir/initdb.log" 2>&1 || { tg_log_tail "$dir/initdb.log"; tg_die "initdb failed for $dir/data"; }
+  fi
+
+  running="$(tg_postgres_running_port "$dir")"
+  if [[ -n "$running" ]]; then
+    if [[ "$running" != "$port" ]]; then
+      tg_die "PostgreSQL in $dir/data is already running on port $running, not $port; stop it first"
+    fi
+    tg_log "PostgreSQL already running on 127.0.0.1:$port"
+  else
+    if tg_port_listening "$port"; then
+      tg_die "port $port is already in use by $(tg_port_owner "$port"); cannot start PostgreSQL"
+    fi
+    mkdir -p "$dir/sock"
+    chown postgres:postgres "$dir/sock"
+    tg_log "starting PostgreSQL on 127.0.0.1:$port ($mode)"
+    if ! tg_pg_run "$TG_PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
+      -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c max_connections=300 $durability" \
+      start >/dev/null; then
+      tg_log_tail "$dir/postgres.log"
+      tg_die "PostgreSQL did not start (log: $dir/postgres.log)"
+    fi
+  fi
+  tg_wait_tcp 127.0.0.1 "$port" 30 || { tg_log_tail "$dir/postgres.log"; tg_die "PostgreSQL is not reachable on 127.0.0.1:$port"; }
+
+  tg_psql "$dir" "$port" <<'SQL' >/dev/null || tg_die "could not create role tollgate"
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'tollgate') THEN
+    CREATE ROLE tollgate LOGIN CREATEDB;
+  END IF;
+END
+$$;
+SQL
+  if [[ "$(tg_psql "$dir" "$port" -tAc "SELECT 1 FROM pg_database WHERE datname = 'tollgate'")" != "1" ]]; then
+    tg_psql "$dir" "$port" -c "CREATE DATABASE tollgate OWNER tollgate" >/dev/null \
+      || tg_die "could not create database tollgate"
+    tg_log "created role and database tollgate"
+  fi
+}
+
+# Stop the PostgreSQL server of DIR/data, if it runs.
+tg_stop_postgres() {
+  local dir="$1"
+  [[ -f "$dir/data/PG_VERSION" ]] || return 0
+  if tg_pg_run "$TG_PG_BIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+    tg_log "stopping PostgreSQL ($dir/data)"
+    tg_pg_run "$TG_PG_BIN/pg_ctl" -D "$dir/data" stop -m fast -w -t 60 >/dev/null \
+      || { tg_log_tail "$dir/postgres.log" 20; tg_warn "pg_ctl stop failed for $dir/data"; return 1; }
+  fi
+}
+
+# ------------------------------------------------------------------- redis
+
+tg_redis_ping() {
+  local port="$1"
+  [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == "PONG" ]]
+}
+
+# Start Redis with its files under DIR, on 127.0.0.1:PORT, AOF fsync every second.
+tg_start_redis() {
+  local dir="$1" port="$2" pid deadline
+  mkdir -p "$dir"
+  pid="$(tg_pidfile_pid "$dir/redis.pid")"
+  if [[ -n "$pid" ]]; then
+    if tg_redis_ping "$port"; then
+      tg_log "Redis already running on 127.0.0.1:$port (pid $pid)"
+      return 0
+    fi
+    tg_die "Redis from $dir runs (pid $pid) but does not answer on port $port; run down first"
+  fi
+  if tg_port_listening "$port"; then
+    tg_die "port $port is already in use by $(tg_port_owner "$port"); cannot start Redis"
+  fi
+  tg_log "starting Redis on 127.0.0.1:$port"
+  redis-server --bind 127.0.0.1 --port "$port" --daemonize yes --dir "$dir" \
+    --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+    --appendonly yes --appendfsync everysec --save "" --maxmemory-policy noeviction \
+    </dev/null >/dev/null || { tg_log_tail "$dir/redis.log"; tg_die "redis-server failed to start"; }
+  deadline=$(( $(tg_now) + 30 ))
+  until tg_redis_ping "$port"; do
+    if (( $(tg_now) >= deadline )); then
+      tg_log_tail "$dir/redis.log"
+      tg_die "Redis did not answer PING on 127.0.0.1:$port within 30s"
+    fi
+    sleep 0.1
+  done
+}
+
+# Stop the Redis started by tg_start_redis DIR PORT.
+tg_stop_redis() {
+  local dir="$1" port="$2" pid
+  pid="$(tg_pidfile_pid "$dir/redis.pid")"
+  if [[ -z "$pid" ]] && ! tg_redis_ping "$port"; then
+    rm -f "$dir/redis.pid"
+    return 0
+  fi
+  tg_log "stopping Redis (127.0.0.1:$port)"
+  # AOF is flushed on shutdown; "nosave" only skips the (disabled) RDB snapshot.
+  redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  if [[ -n "$pid" ]] && ! tg_wait_pid_gone "$pid" 15; then
+    tg_warn "Redis (pid $pid) still alive after SHUTDOWN; killing it"
+    kill -TERM "$pid" 2>/dev/null || true
+    tg_wait_pid_gone "$pid" 10 || kill -KILL "$pid" 2>/dev/null || true
+    tg_wait_pid_gone "$pid" 5 || true
+  fi
+  rm -f "$dir/redis.pid"
+}
+
+# ------------------------------------------------------------------- swift
+
+# Build configuration: TOLLGATE_BUILD_CONFIG = debug (default) | release.
+tg_build_config() {
+  local config="${TOLLGATE_BUILD_CONFIG:-debug}"
+  case "$config" in
+    debug | release) printf '%s' "$config" ;;
+    *) tg_die "TOLLGATE_BUILD_CONFIG must be debug or release, not '$config'" ;;
+  esac
+}
+
+# Directory holding the built executables.
+tg_bin_dir() {
+  local config
+  config="$(tg_build_config)"
+  (cd "$TG_ROOT" && swift build -c "$config" --show-bin-path)
+}
