@@ -37,7 +37,8 @@ public struct GrantStore: Sendable {
             guard owner == job.customerEmail else { return .alreadyClaimed }
 
             let ledger = try await self.recordVerified(request, session: session)
-            if transaction.isCancelled {
+            // The ledger keeps a cancellation once seen: a stale answer that predates the refund grants nothing.
+            if transaction.isCancelled || ledger.cancelled {
                 try await self.revoke(ledgerId: ledger.id, request: request, session: session)
                 return .refunded
             }
@@ -124,6 +125,7 @@ public struct GrantStore: Sendable {
         let id: Int64
         let state: String
         let grantedUntil: Date?
+        let cancelled: Bool
     }
 
     private func recordVerified(_ request: GrantRequest, session: PostgresSession) async throws -> LedgerRow {
@@ -141,7 +143,7 @@ public struct GrantStore: Sendable {
                 expires_date = EXCLUDED.expires_date,
                 cancellation_date = COALESCE(transactions.cancellation_date, EXCLUDED.cancellation_date),
                 verified_at = COALESCE(transactions.verified_at, EXCLUDED.verified_at)
-            RETURNING id, state, granted_until
+            RETURNING id, state, granted_until, cancellation_date IS NOT NULL AS cancelled
             """,
             [
                 job.publisherId, request.app.id, request.product.id, transaction.transactionId, transaction.originalTransactionId,
@@ -154,7 +156,7 @@ public struct GrantStore: Sendable {
         guard let row else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
         return LedgerRow(
             id: try row.decode(Int64.self, "id"), state: try row.decode(String.self, "state"),
-            grantedUntil: try row.decode(Date?.self, "granted_until")
+            grantedUntil: try row.decode(Date?.self, "granted_until"), cancelled: try row.decode(Bool.self, "cancelled")
         )
     }
 
