@@ -1,0 +1,135 @@
+import Testing
+@testable import Shared
+
+@Suite("Configuration")
+struct ConfigurationTests {
+    @Test("an empty environment gives CONTRACT.md's defaults")
+    func defaults() throws {
+        let configuration = try Configuration(environment: [:])
+        #expect(configuration.databaseURL == "postgres://tollgate@127.0.0.1:5432/tollgate")
+        #expect(configuration.redis.host == "127.0.0.1")
+        #expect(configuration.redis.port == 6379)
+        #expect(configuration.redis.database == 0)
+        #expect(configuration.redis.password == nil)
+        #expect(configuration.redis.username == nil)
+        #expect(configuration.redis == (try RedisConfiguration(url: "redis://127.0.0.1:6379/0")))
+        #expect(configuration.httpHost == "127.0.0.1")
+        #expect(configuration.httpPort == 8080)
+        #expect(configuration.adminToken == nil)
+        #expect(configuration.appleProductionURL == "https://buy.itunes.apple.com/verifyReceipt")
+        #expect(configuration.appleSandboxURL == "https://sandbox.itunes.apple.com/verifyReceipt")
+        #expect(configuration.appleTimeoutMilliseconds == 15_000)
+        #expect(configuration.workerConcurrency == 256)
+        #expect(configuration.queuePrefix == "tollgate")
+        #expect(configuration.metricsPort == 9464)
+        #expect(configuration.logLevel == .info)
+        #expect(configuration.logFormat == .json)
+        #expect(configuration.retry == RetryPolicy(baseMilliseconds: 1000, maxDelayMilliseconds: 300_000, maxAttempts: 15, maxAgeSeconds: 86_400))
+        #expect(configuration.claimMinIdleMilliseconds == 60_000)
+        #expect(configuration.shutdownGraceSeconds == 25)
+        #expect(configuration.tokenSecret == nil)
+        #expect(configuration.rateLimitPerSecond == 1000)
+        #expect(configuration.rateLimitBurst == 2000)
+    }
+
+    @Test("every variable is read")
+    func valuesAreRead() throws {
+        let configuration = try Configuration(environment: [
+            "TOLLGATE_DATABASE_URL": "postgresql://u:p@db.internal:6543/x?sslmode=require",
+            "TOLLGATE_REDIS_URL": "redis://:pw@cache:6380/2",
+            "TOLLGATE_HTTP_HOST": "0.0.0.0",
+            "TOLLGATE_HTTP_PORT": "0",
+            "TOLLGATE_ADMIN_TOKEN": "0123456789abcdef0123",
+            "TOLLGATE_APPLE_PRODUCTION_URL": "http://127.0.0.1:9000/verifyReceipt",
+            "TOLLGATE_APPLE_SANDBOX_URL": "http://127.0.0.1:9000/sandbox/verifyReceipt",
+            "TOLLGATE_APPLE_TIMEOUT_MS": "2500",
+            "TOLLGATE_WORKER_CONCURRENCY": "8",
+            "TOLLGATE_QUEUE_PREFIX": "test-1",
+            "TOLLGATE_METRICS_PORT": "9999",
+            "TOLLGATE_LOG_LEVEL": "DEBUG",
+            "TOLLGATE_LOG_FORMAT": "text",
+            "TOLLGATE_RETRY_BASE_MS": "10",
+            "TOLLGATE_RETRY_MAX_DELAY_MS": "500",
+            "TOLLGATE_RETRY_MAX_ATTEMPTS": "4",
+            "TOLLGATE_RETRY_MAX_AGE_S": "60",
+            "TOLLGATE_CLAIM_MIN_IDLE_MS": "1000",
+            "TOLLGATE_SHUTDOWN_GRACE_S": "5",
+            "TOLLGATE_TOKEN_SECRET": String(repeating: "s", count: 32),
+            "TOLLGATE_RATE_LIMIT_PER_S": "0",
+            "TOLLGATE_RATE_LIMIT_BURST": "10",
+        ])
+        #expect(configuration.databaseURL == "postgresql://u:p@db.internal:6543/x?sslmode=require")
+        #expect(configuration.redis.host == "cache")
+        #expect(configuration.redis.port == 6380)
+        #expect(configuration.redis.database == 2)
+        #expect(configuration.redis.password == "pw")
+        #expect(configuration.httpHost == "0.0.0.0")
+        #expect(configuration.httpPort == 0)
+        #expect(configuration.adminToken == "0123456789abcdef0123")
+        #expect(configuration.appleProductionURL == "http://127.0.0.1:9000/verifyReceipt")
+        #expect(configuration.appleSandboxURL == "http://127.0.0.1:9000/sandbox/verifyReceipt")
+        #expect(configuration.appleTimeoutMilliseconds == 2500)
+        #expect(configuration.workerConcurrency == 8)
+        #expect(configuration.queuePrefix == "test-1")
+        #expect(configuration.metricsPort == 9999)
+        #expect(configuration.logLevel == .debug)
+        #expect(configuration.logFormat == .text)
+        #expect(configuration.retry == RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 500, maxAttempts: 4, maxAgeSeconds: 60))
+        #expect(configuration.claimMinIdleMilliseconds == 1000)
+        #expect(configuration.shutdownGraceSeconds == 5)
+        #expect(configuration.tokenSecret == String(repeating: "s", count: 32))
+        #expect(configuration.rateLimitPerSecond == 0)
+        #expect(configuration.rateLimitBurst == 10)
+    }
+
+    @Test(
+        "a bad value throws a ConfigurationError naming its variable",
+        arguments: [
+            ("TOLLGATE_HTTP_PORT", "abc"),
+            ("TOLLGATE_HTTP_PORT", "70000"),
+            ("TOLLGATE_HTTP_PORT", "-1"),
+            ("TOLLGATE_METRICS_PORT", "65536"),
+            ("TOLLGATE_LOG_LEVEL", "loud"),
+            ("TOLLGATE_LOG_FORMAT", "xml"),
+            ("TOLLGATE_REDIS_URL", "http://127.0.0.1:6379/0"),
+            ("TOLLGATE_REDIS_URL", "redis://"),
+            ("TOLLGATE_REDIS_URL", "redis://127.0.0.1:6379/zero"),
+            ("TOLLGATE_REDIS_URL", "not a url"),
+            ("TOLLGATE_DATABASE_URL", "mysql://tollgate@127.0.0.1:3306/tollgate"),
+            ("TOLLGATE_DATABASE_URL", "tollgate"),
+            ("TOLLGATE_APPLE_PRODUCTION_URL", "ftp://apple.example/verifyReceipt"),
+            ("TOLLGATE_APPLE_TIMEOUT_MS", "0"),
+            ("TOLLGATE_RETRY_MAX_ATTEMPTS", "many"),
+            ("TOLLGATE_QUEUE_PREFIX", "has space"),
+        ]
+    )
+    func badValue(variable: String, value: String) {
+        let error = #expect(throws: ConfigurationError.self) {
+            try Configuration(environment: [variable: value])
+        }
+        #expect(error?.variable == variable)
+        #expect(error?.description.contains(variable) == true)
+    }
+
+    @Test(
+        "a too-short secret is refused without showing its value",
+        arguments: [("TOLLGATE_ADMIN_TOKEN", "Sh0rtAdm1nTok"), ("TOLLGATE_TOKEN_SECRET", "Sh0rtT0kenSecretValue-1234")]
+    )
+    func shortSecret(variable: String, value: String) {
+        let error = #expect(throws: ConfigurationError.self) {
+            try Configuration(environment: [variable: value])
+        }
+        #expect(error?.variable == variable)
+        #expect(error?.description.contains(value) == false)
+        #expect(error?.problem.contains(value) == false)
+        #expect(error.map { "\($0)" }?.contains(value) == false)
+    }
+
+    @Test("an empty value means the default")
+    func emptyMeansDefault() throws {
+        let configuration = try Configuration(environment: ["TOLLGATE_HTTP_PORT": "", "TOLLGATE_ADMIN_TOKEN": "", "TOLLGATE_LOG_LEVEL": "  "])
+        #expect(configuration.httpPort == 8080)
+        #expect(configuration.adminToken == nil)
+        #expect(configuration.logLevel == .info)
+    }
+}

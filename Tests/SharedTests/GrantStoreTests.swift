@@ -1,0 +1,379 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Shared
+
+@Suite("GrantStore, CatalogStore and AccessStore against a real PostgreSQL")
+struct GrantStoreTests {
+    static let day: TimeInterval = 86_400
+
+    /// A publisher with one app and one product of each kind, on a fresh database.
+    struct World {
+        let database: PostgresClient
+        let grants: GrantStore
+        let access: AccessStore
+        let catalog: CatalogStore
+        let publisher: Publisher
+        let app: App
+        let coins: Product
+        let lifetime: Product
+        let pass: Product
+        let subscription: Product
+
+        func job(_ customer: String, _ product: Product, transactionId: String) -> ReceiptJob {
+            Fixtures.job(publisherId: self.publisher.id, customerEmail: customer, offerId: product.offerId, transactionId: transactionId)
+        }
+
+        func request(
+            _ customer: String, _ product: Product, _ transaction: AppleTransaction, renewals: [AppleTransaction] = [],
+            grace: Int64? = nil, verifiedAt: Date = Date()
+        ) -> GrantRequest {
+            GrantRequest(
+                job: self.job(customer, product, transactionId: transaction.transactionId), app: self.app, product: product,
+                transaction: transaction, renewals: renewals, gracePeriodEndMilliseconds: grace, environment: "Production",
+                verifiedAt: verifiedAt
+            )
+        }
+
+        func balance(_ customer: String) async throws -> Int {
+            try await self.access.coinBalance(publisherId: self.publisher.id, customerEmail: customer)
+        }
+
+        func access(_ customer: String, _ product: Product) async throws -> (granted: Bool, expiresAt: Date?) {
+            try await self.access.access(publisherId: self.publisher.id, customerEmail: customer, offerId: product.offerId)
+        }
+
+        func ledger(_ transactionId: String) async throws -> [String] {
+            try await self.database.query("SELECT state FROM transactions WHERE transaction_id = $1", [transactionId])
+                .rows.map { try $0.decode(String.self, "state") }
+        }
+
+        func walletEntries(_ customer: String) async throws -> [(kind: String, coins: Int)] {
+            try await self.database.query(
+                "SELECT kind, coins FROM wallet_entries WHERE customer_email = $1 ORDER BY id", [customer]
+            ).rows.map { (try $0.decode(String.self, "kind"), try $0.decode(Int.self, "coins")) }
+        }
+    }
+
+    static func withWorld<T>(connections: Int = 4, _ body: (World) async throws -> T) async throws -> T {
+        try await TestDatabase.withFresh(connections: connections) { database, _ in
+            let catalog = CatalogStore(database: database)
+            let (publisher, _) = try await catalog.createPublisher(name: "Publisher \(Fixtures.suffix(3))")
+            let app = try await catalog.createApp(publisherId: publisher.id, bundleId: "com.example.tv", sharedSecret: "s3cret", allowSandbox: true)
+            func product(_ productId: String, _ kind: ProductKind, coins: Int? = nil, days: Int? = nil) async throws -> Product {
+                try await catalog.createProduct(ProductDraft(
+                    publisherId: publisher.id, bundleId: app.bundleId, productId: productId, offerId: nil, kind: kind,
+                    title: productId, description: nil, coins: coins, durationDays: days, enabled: true
+                ))
+            }
+            let world = World(
+                database: database, grants: GrantStore(database: database), access: AccessStore(database: database), catalog: catalog,
+                publisher: publisher, app: app,
+                coins: try await product("coins.100", .consumable, coins: 100),
+                lifetime: try await product("premium.lifetime", .nonConsumable),
+                pass: try await product("pass.30days", .nonRenewing, days: 30),
+                subscription: try await product("sub.monthly", .autoRenewable)
+            )
+            return try await body(world)
+        }
+    }
+
+    static func ms(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
+
+    static func close(_ a: Date?, _ b: Date?, within seconds: TimeInterval = 0.001) -> Bool {
+        guard let a, let b else { return a == nil && b == nil }
+        return abs(a.timeIntervalSince(b)) <= seconds
+    }
+
+    @Test("CatalogStore creates a publisher, an app and products; offerId defaults to productId")
+    func catalog() async throws {
+        try await Self.withWorld { world in
+            let products = try await world.catalog.products(publisherId: world.publisher.id)
+            #expect(products.count == 4)
+            #expect(Set(products.map(\.kind)) == Set(ProductKind.allCases))
+            #expect(world.coins.offerId == "coins.100")
+            #expect(world.coins.coins == 100)
+            #expect(world.pass.durationDays == 30)
+            #expect(world.coins.bundleId == "com.example.tv")
+            #expect(try await world.catalog.product(id: world.coins.id) == world.coins)
+            #expect(try await world.catalog.products(publisherId: world.publisher.id, offerId: "sub.monthly") == [world.subscription])
+            #expect(try await world.catalog.apps(publisherId: world.publisher.id) == [world.app])
+            await #expect(throws: CatalogError.conflict("bundleId")) {
+                _ = try await world.catalog.createApp(publisherId: world.publisher.id, bundleId: "com.example.tv", sharedSecret: nil, allowSandbox: false)
+            }
+            await #expect(throws: CatalogError.unknownPublisher) {
+                _ = try await world.catalog.createApp(publisherId: UUID(), bundleId: "x", sharedSecret: nil, allowSandbox: false)
+            }
+            await #expect(throws: CatalogError.unknownApp) {
+                _ = try await world.catalog.createProduct(ProductDraft(
+                    publisherId: world.publisher.id, bundleId: "com.unknown", productId: "p", offerId: nil, kind: .nonConsumable,
+                    title: "t", description: nil, coins: nil, durationDays: nil, enabled: true
+                ))
+            }
+            let disabled = try await world.catalog.updateProduct(id: world.coins.id, ProductPatch(enabled: false))
+            #expect(disabled.enabled == false)
+            #expect(disabled.coins == 100)
+        }
+    }
+
+    @Test("a consumable granted twice for the same transaction credits the wallet once")
+    func consumableOnce() async throws {
+        try await Self.withWorld { world in
+            let transaction = AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            let first = try await world.grants.grant(world.request("a@example.com", world.coins, transaction))
+            let second = try await world.grants.grant(world.request("a@example.com", world.coins, transaction))
+            #expect(first == .granted(expiresAt: nil))
+            #expect(second == .granted(expiresAt: nil))
+            #expect(try await world.balance("a@example.com") == 100)
+            #expect(try await world.ledger(transaction.transactionId) == ["fulfilled"])
+            #expect(try await world.walletEntries("a@example.com").map(\.coins) == [100])
+            // Another transaction credits again.
+            let other = AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            _ = try await world.grants.grant(world.request("a@example.com", world.coins, other))
+            #expect(try await world.balance("a@example.com") == 200)
+        }
+    }
+
+    @Test("a non-consumable grants access with no expiry")
+    func nonConsumable() async throws {
+        try await Self.withWorld { world in
+            #expect(try await world.access("a@example.com", world.lifetime) == (false, nil))
+            let transaction = AppleTransaction(productId: "premium.lifetime", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.lifetime, transaction)) == .granted(expiresAt: nil))
+            let access = try await world.access("a@example.com", world.lifetime)
+            #expect(access.granted)
+            #expect(access.expiresAt == nil)
+            #expect(try await world.ledger(transaction.transactionId) == ["fulfilled"])
+            // Other customers and offers are untouched.
+            #expect(try await world.access("b@example.com", world.lifetime).granted == false)
+            #expect(try await world.access("a@example.com", world.pass).granted == false)
+        }
+    }
+
+    @Test("non-renewing passes stack: the second ends 30 days after the first; a replay does not stack again")
+    func nonRenewingStacks() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let firstPurchase = now.addingTimeInterval(-Self.day)
+            let first = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(firstPurchase))
+            let second = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
+            let firstEnd = Date(timeIntervalSince1970: Double(Self.ms(firstPurchase)) / 1000).addingTimeInterval(30 * Self.day)
+            let secondEnd = firstEnd.addingTimeInterval(30 * Self.day)
+
+            guard case .granted(let end1) = try await world.grants.grant(world.request("a@example.com", world.pass, first, verifiedAt: now)) else {
+                Issue.record("the first pass was not granted")
+                return
+            }
+            #expect(Self.close(end1, firstEnd))
+            guard case .granted(let end2) = try await world.grants.grant(world.request("a@example.com", world.pass, second, verifiedAt: now)) else {
+                Issue.record("the second pass was not granted")
+                return
+            }
+            #expect(Self.close(end2, secondEnd))
+            #expect(Self.close(try await world.access("a@example.com", world.pass).expiresAt, secondEnd))
+
+            // Replays of either transaction change nothing.
+            for transaction in [second, first, second] {
+                guard case .granted(let replayed) = try await world.grants.grant(world.request("a@example.com", world.pass, transaction, verifiedAt: now)) else {
+                    Issue.record("a replay was not granted")
+                    return
+                }
+                #expect(Self.close(replayed, secondEnd))
+            }
+            let access = try await world.access("a@example.com", world.pass)
+            #expect(access.granted)
+            #expect(Self.close(access.expiresAt, secondEnd))
+            #expect(try await world.ledger(first.transactionId) == ["fulfilled"])
+            #expect(try await world.ledger(second.transactionId) == ["fulfilled"])
+        }
+    }
+
+    @Test("an auto-renewable's access ends at the latest expiry among renewals given out of order")
+    func autoRenewableLatestExpiry() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let original = Fixtures.transactionId()
+            func period(_ id: String, _ expires: Date) -> AppleTransaction {
+                AppleTransaction(
+                    productId: "sub.monthly", transactionId: id, originalTransactionId: original,
+                    purchaseDateMilliseconds: Self.ms(expires.addingTimeInterval(-30 * Self.day)), expiresDateMilliseconds: Self.ms(expires)
+                )
+            }
+            let p1 = period(original, now.addingTimeInterval(-40 * Self.day))
+            let p2 = period(Fixtures.transactionId(), now.addingTimeInterval(-10 * Self.day))
+            let p3 = period(Fixtures.transactionId(), now.addingTimeInterval(20 * Self.day))
+            let latest = Date(timeIntervalSince1970: Double(p3.expiresDateMilliseconds!) / 1000)
+
+            let outcome = try await world.grants.grant(world.request("a@example.com", world.subscription, p1, renewals: [p3, p1, p2]))
+            #expect(outcome == .granted(expiresAt: latest))
+            let access = try await world.access("a@example.com", world.subscription)
+            #expect(access.granted)
+            #expect(Self.close(access.expiresAt, latest))
+
+            // A later renewal extends it; an older answer never shortens it.
+            let p4 = period(Fixtures.transactionId(), now.addingTimeInterval(50 * Self.day))
+            let extended = Date(timeIntervalSince1970: Double(p4.expiresDateMilliseconds!) / 1000)
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, p4, renewals: [p2, p4, p1, p3])) == .granted(expiresAt: extended))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, p2, renewals: [p1, p2])) == .granted(expiresAt: extended))
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, extended))
+        }
+    }
+
+    @Test("a grace period extends an auto-renewable's access past its last expiry")
+    func autoRenewableGrace() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let expired = AppleTransaction(
+                productId: "sub.monthly", transactionId: Fixtures.transactionId(),
+                purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-31 * Self.day)), expiresDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day))
+            )
+            let graceEnd = Self.ms(now.addingTimeInterval(5 * Self.day))
+            let outcome = try await world.grants.grant(world.request("a@example.com", world.subscription, expired, grace: graceEnd))
+            #expect(outcome == .granted(expiresAt: Date(timeIntervalSince1970: Double(graceEnd) / 1000)))
+            let access = try await world.access("a@example.com", world.subscription)
+            #expect(access.granted)
+            #expect(Self.close(access.expiresAt, Date(timeIntervalSince1970: Double(graceEnd) / 1000)))
+
+            // A grace period that ends before the expiry does not shorten it.
+            let active = AppleTransaction(
+                productId: "sub.monthly", transactionId: Fixtures.transactionId(),
+                purchaseDateMilliseconds: Self.ms(now), expiresDateMilliseconds: Self.ms(now.addingTimeInterval(30 * Self.day))
+            )
+            let outcomeB = try await world.grants.grant(world.request("b@example.com", world.subscription, active, grace: Self.ms(now.addingTimeInterval(Self.day))))
+            #expect(outcomeB == .granted(expiresAt: Date(timeIntervalSince1970: Double(active.expiresDateMilliseconds!) / 1000)))
+        }
+    }
+
+    @Test("a transaction another customer was granted is already claimed", arguments: ["consumable", "non_consumable", "auto_renewable"])
+    func alreadyClaimed(kind: String) async throws {
+        try await Self.withWorld { world in
+            let product = [world.coins, world.lifetime, world.subscription].first { $0.kind.rawValue == kind }!
+            let transaction = AppleTransaction(
+                productId: product.productId, transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()),
+                expiresDateMilliseconds: product.kind == .autoRenewable ? Self.ms(Date().addingTimeInterval(30 * Self.day)) : nil
+            )
+            guard case .granted = try await world.grants.grant(world.request("first@example.com", product, transaction)) else {
+                Issue.record("the first customer was not granted")
+                return
+            }
+            #expect(try await world.grants.grant(world.request("second@example.com", product, transaction)) == .alreadyClaimed)
+            #expect(try await world.access("second@example.com", product).granted == false)
+            #expect(try await world.balance("second@example.com") == 0)
+            if product.kind == .consumable {
+                #expect(try await world.balance("first@example.com") == 100)
+            } else {
+                #expect(try await world.access("first@example.com", product).granted)
+            }
+            #expect(try await world.ledger(transaction.transactionId).count == 1)
+        }
+    }
+
+    @Test("a renewal of a subscription owned by another customer is already claimed (claims follow original_transaction_id)")
+    func claimedByOriginal() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let original = Fixtures.transactionId()
+            let first = AppleTransaction(productId: "sub.monthly", transactionId: original, purchaseDateMilliseconds: Self.ms(now), expiresDateMilliseconds: Self.ms(now.addingTimeInterval(Self.day)))
+            let renewal = AppleTransaction(
+                productId: "sub.monthly", transactionId: Fixtures.transactionId(), originalTransactionId: original,
+                purchaseDateMilliseconds: Self.ms(now), expiresDateMilliseconds: Self.ms(now.addingTimeInterval(31 * Self.day))
+            )
+            _ = try await world.grants.grant(world.request("first@example.com", world.subscription, first))
+            #expect(try await world.grants.grant(world.request("second@example.com", world.subscription, renewal, renewals: [first, renewal])) == .alreadyClaimed)
+            #expect(try await world.access("second@example.com", world.subscription).granted == false)
+        }
+    }
+
+    @Test("a cancelled transaction that had granted access is refunded and revokes the access")
+    func refundRevokesAccess() async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let purchase = Self.ms(Date().addingTimeInterval(-Self.day))
+            var transaction = AppleTransaction(productId: "premium.lifetime", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: purchase)
+            #expect(try await world.grants.grant(world.request("a@example.com", world.lifetime, transaction)) == .granted(expiresAt: nil))
+            #expect(try await world.access("a@example.com", world.lifetime).granted)
+            transaction.cancellationDateMilliseconds = Self.ms(Date())
+            #expect(try await world.grants.grant(world.request("a@example.com", world.lifetime, transaction)) == .refunded)
+            #expect(try await world.access("a@example.com", world.lifetime) == (false, nil))
+            #expect(try await world.ledger(transaction.transactionId) == ["invalidated"])
+            // A stale answer from before the refund, committed late, does not bring it back.
+            transaction.cancellationDateMilliseconds = nil
+            #expect(try await world.grants.grant(world.request("a@example.com", world.lifetime, transaction)) == .refunded)
+            #expect(try await world.access("a@example.com", world.lifetime).granted == false)
+            #expect(try await world.ledger(transaction.transactionId) == ["invalidated"])
+        }
+    }
+
+    @Test("a cancelled consumable is refunded and its credit reversed once")
+    func refundReversesCredit() async throws {
+        try await Self.withWorld { world in
+            var transaction = AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            _ = try await world.grants.grant(world.request("a@example.com", world.coins, transaction))
+            #expect(try await world.balance("a@example.com") == 100)
+            transaction.cancellationDateMilliseconds = Self.ms(Date())
+            #expect(try await world.grants.grant(world.request("a@example.com", world.coins, transaction)) == .refunded)
+            #expect(try await world.balance("a@example.com") == 0)
+            #expect(try await world.grants.grant(world.request("a@example.com", world.coins, transaction)) == .refunded)
+            #expect(try await world.balance("a@example.com") == 0)
+            transaction.cancellationDateMilliseconds = nil
+            #expect(try await world.grants.grant(world.request("a@example.com", world.coins, transaction)) == .refunded)
+            #expect(try await world.balance("a@example.com") == 0)
+            let entries = try await world.walletEntries("a@example.com")
+            #expect(entries.map(\.kind) == ["credit", "reversal"])
+            #expect(entries.map(\.coins) == [100, -100])
+        }
+    }
+
+    @Test("a transaction cancelled before it was ever granted grants nothing")
+    func cancelledBeforeGrant() async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let transaction = AppleTransaction(
+                productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()),
+                cancellationDateMilliseconds: Self.ms(Date())
+            )
+            #expect(try await world.grants.grant(world.request("a@example.com", world.coins, transaction)) == .refunded)
+            #expect(try await world.balance("a@example.com") == 0)
+            #expect(try await world.walletEntries("a@example.com").isEmpty)
+        }
+    }
+
+    @Test("an auto-renewable whose periods all ended is expired and grants nothing")
+    func autoRenewableExpired() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let original = Fixtures.transactionId()
+            let old = AppleTransaction(
+                productId: "sub.monthly", transactionId: original, purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-60 * Self.day)),
+                expiresDateMilliseconds: Self.ms(now.addingTimeInterval(-30 * Self.day))
+            )
+            let lastEnd = Self.ms(now.addingTimeInterval(-Self.day))
+            let last = AppleTransaction(
+                productId: "sub.monthly", transactionId: Fixtures.transactionId(), originalTransactionId: original,
+                purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-31 * Self.day)), expiresDateMilliseconds: lastEnd
+            )
+            let outcome = try await world.grants.grant(world.request("a@example.com", world.subscription, last, renewals: [last, old]))
+            #expect(outcome == .expired(expiresAt: Date(timeIntervalSince1970: Double(lastEnd) / 1000)))
+            #expect(try await world.access("a@example.com", world.subscription) == (false, nil))
+            #expect(try await world.ledger(last.transactionId) == ["invalidated"])
+        }
+    }
+
+    @Test("20 concurrent grants of one consumable transaction credit exactly once")
+    func concurrentGrants() async throws {
+        try await Self.withWorld(connections: 8) { world in
+            let transaction = AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            let outcomes = try await withThrowingTaskGroup(of: GrantOutcome.self) { group in
+                for _ in 0..<20 {
+                    group.addTask { try await world.grants.grant(world.request("a@example.com", world.coins, transaction)) }
+                }
+                var outcomes: [GrantOutcome] = []
+                for try await outcome in group { outcomes.append(outcome) }
+                return outcomes
+            }
+            #expect(outcomes.count == 20)
+            #expect(outcomes.allSatisfy { $0 == .granted(expiresAt: nil) })
+            #expect(try await world.balance("a@example.com") == 100)
+            #expect(try await world.walletEntries("a@example.com").count == 1)
+            #expect(try await world.ledger(transaction.transactionId) == ["fulfilled"])
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import Foundation
+import Logging
+import Testing
+import TestSupport
+@testable import Shared
+
+@Suite("Migrator")
+struct MigratorTests {
+    static let logger = Logger(label: "test.migrator")
+
+    static func versions(_ client: PostgresClient) async throws -> [Int] {
+        try await client.query("SELECT version FROM schema_migrations ORDER BY version").rows.map { try $0.decode(Int.self, "version") }
+    }
+
+    @Test("migrating an already-migrated database applies nothing and changes nothing")
+    func idempotent() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            let before = try await Self.versions(client)
+            #expect(before == Migrations.all.map(\.version).sorted())
+            let applied = try await Migrator(database: client, logger: Self.logger).migrate()
+            #expect(applied.isEmpty)
+            #expect(try await Self.versions(client) == before)
+        }
+    }
+
+    @Test("two migrators started together on a new empty database both succeed and apply each version once")
+    func concurrentMigrators() async throws {
+        let url = try await TestDatabase.createEmpty()
+        let first = PostgresClient(url: url, connections: 1)
+        let second = PostgresClient(url: url, connections: 1)
+        try await TestDatabase.using(first, second) {
+            // Nothing there yet.
+            let tables = try await first.query("SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'").first?.decode(Int.self, "n")
+            #expect(tables == 0)
+
+            async let a = Migrator(database: first, logger: Self.logger).migrate()
+            async let b = Migrator(database: second, logger: Self.logger).migrate()
+            let (appliedA, appliedB) = try await (a, b)
+
+            let all = Migrations.all.map(\.version).sorted()
+            #expect((appliedA + appliedB).sorted() == all, "each version applied by exactly one of them")
+            #expect(Set(appliedA).isDisjoint(with: appliedB))
+            let rows = try await first.query("SELECT version, count(*) OVER (PARTITION BY version)::int AS copies FROM schema_migrations")
+            #expect(rows.rows.count == all.count)
+            #expect(try rows.rows.allSatisfy { try $0.decode(Int.self, "copies") == 1 })
+            #expect(try await Self.versions(second) == all)
+            // The schema is really there.
+            #expect(try await first.query("SELECT to_regclass('public.transactions') IS NOT NULL AS present").first?.decode(Bool.self, "present") == true)
+            // And a third run applies nothing.
+            #expect(try await Migrator(database: second, logger: Self.logger).migrate().isEmpty)
+        }
+    }
+
+    @Test("migrations have increasing, unique versions")
+    func versionsAreUnique() {
+        let versions = Migrations.all.map(\.version)
+        #expect(versions == versions.sorted())
+        #expect(Set(versions).count == versions.count)
+    }
+
+    @Test("a failing migration rolls back and leaves its version unrecorded")
+    func failingMigrationRollsBack() async throws {
+        try await TestDatabase.withFresh(connections: 1) { (client: PostgresClient, _: String) async throws in
+            let broken = Migrations.Migration(version: 9_999, name: "broken", sql: "CREATE TABLE half_done (id int); SELECT * FROM no_such_table;")
+            await #expect(throws: PostgresError.self) {
+                try await Migrator(database: client, logger: Self.logger).migrate(Migrations.all + [broken])
+            }
+            #expect(try await Self.versions(client) == Migrations.all.map(\.version).sorted())
+            #expect(try await client.query("SELECT to_regclass('public.half_done') IS NULL AS absent").first?.decode(Bool.self, "absent") == true)
+            // The lock was released: another run goes through.
+            #expect(try await Migrator(database: client, logger: Self.logger).migrate().isEmpty)
+        }
+    }
+}

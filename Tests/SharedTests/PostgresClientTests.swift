@@ -1,0 +1,229 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Shared
+
+@Suite("PostgresClient against a real PostgreSQL")
+struct PostgresClientTests {
+    static func micros(_ date: Date) -> Int64 {
+        Int64((date.timeIntervalSince1970 * 1_000_000).rounded())
+    }
+
+    @Test(
+        "strings bind as values, never as SQL",
+        arguments: ["it's", "'; DROP TABLE x; --", "\"quoted\" \\ backslash \\x00", "$1 $2 ?", "naïve ☃ 𝄞", "", "line\nbreak\ttab"]
+    )
+    func stringBinding(value: String) async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("CREATE TABLE x (id serial PRIMARY KEY, value text NOT NULL)")
+            try await client.query("INSERT INTO x (value) VALUES ($1)", [value])
+            let row = try #require(try await client.query("SELECT value, length($1) AS n FROM x WHERE value = $1", [value]).first)
+            #expect(try row.decode(String.self, "value") == value)
+            #expect(try row.decode(Int.self, "n") == value.count)
+            // The table is still there, with exactly one row.
+            #expect(try await client.query("SELECT count(*)::int AS n FROM x").first?.decode(Int.self, "n") == 1)
+        }
+    }
+
+    @Test("Int, Bool, Double, UUID, Date, bytes and nil bind and decode back")
+    func typedBinding() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            let uuid = UUID()
+            let bytes = PostgresBytes((0...255).map { UInt8($0) } + [0, 0, 92, 120])
+            let dates = [
+                Date(timeIntervalSince1970: 1_700_000_000.123456), Date(timeIntervalSince1970: -1_000_000.654321),
+                Date(timeIntervalSince1970: 0.000001), Date(timeIntervalSince1970: 4_102_444_800.999999),
+            ]
+            for date in dates {
+                let row = try #require(try await client.query(
+                    """
+                    SELECT $1::bigint AS i, $2::bigint AS imin, $3::bool AS t, $4::bool AS f, $5::float8 AS d, $6::float8 AS dneg,
+                           $7::uuid AS u, $8::timestamptz AS ts, $9::bytea AS y, $10::text AS n, $10::text IS NULL AS isnull,
+                           extract(microseconds FROM $8::timestamptz)::bigint % 1000000 AS micros
+                    """,
+                    [Int.max, Int.min, true, false, 0.1, -1.5e300, uuid, date, bytes, String?.none]
+                ).first)
+                #expect(try row.decode(Int.self, "i") == Int.max)
+                #expect(try row.decode(Int.self, "imin") == Int.min)
+                #expect(try row.decode(Bool.self, "t") == true)
+                #expect(try row.decode(Bool.self, "f") == false)
+                #expect(try row.decode(Double.self, "d") == 0.1)
+                #expect(try row.decode(Double.self, "dneg") == -1.5e300)
+                #expect(try row.decode(UUID.self, "u") == uuid)
+                let decoded = try row.decode(Date.self, "ts")
+                #expect(Self.micros(decoded) == Self.micros(date))
+                #expect(try row.decode(PostgresBytes.self, "y") == bytes)
+                #expect(try row.decode(String?.self, "n") == nil)
+                #expect(try row.decode(Bool.self, "isnull") == true)
+                // PostgreSQL itself saw the microseconds (not rounded to milliseconds on the way in).
+                let expectedMicros = ((Self.micros(date) % 60_000_000) + 60_000_000) % 60_000_000 % 1_000_000
+                #expect(try row.decode(Int.self, "micros") == Int(expectedMicros))
+            }
+        }
+    }
+
+    @Test("a Date stored in a timestamptz column keeps its microseconds whatever the session time zone")
+    func dateStoredAndRead() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            let date = Date(timeIntervalSince1970: 1_234_567_890.987654)
+            try await client.query("CREATE TABLE d (at timestamptz NOT NULL)")
+            try await client.query("INSERT INTO d VALUES ($1)", [date])
+            let row = try #require(try await client.query("SELECT at, at = $1 AS same FROM d", [date]).first)
+            #expect(Self.micros(try row.decode(Date.self, "at")) == Self.micros(date))
+            #expect(try row.decode(Bool.self, "same"))
+            // Optional decoding of a present value.
+            #expect(try row.decode(Date?.self, "at").map(Self.micros) == Self.micros(date))
+        }
+    }
+
+    @Test("decoding a value as the wrong type throws a .decoding error")
+    func typedDecodeErrors() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            let row = try #require(try await client.query(
+                "SELECT 'abc'::text AS word, 42 AS number, NULL::int AS nothing, 1 AS one, 'not-a-uuid' AS u, '2024-01-01'::date AS day"
+            ).first)
+            func expectDecodingError(_ body: () throws -> Void, _ comment: Comment) {
+                let error = #expect(throws: PostgresError.self, comment) { try body() }
+                #expect(error?.code == .decoding, comment)
+            }
+            expectDecodingError({ _ = try row.decode(Int.self, "word") }, "text as Int")
+            expectDecodingError({ _ = try row.decode(Bool.self, "one") }, "1 as Bool")
+            expectDecodingError({ _ = try row.decode(UUID.self, "u") }, "text as UUID")
+            expectDecodingError({ _ = try row.decode(Date.self, "day") }, "date as timestamptz")
+            expectDecodingError({ _ = try row.decode(PostgresBytes.self, "word") }, "text as bytea")
+            expectDecodingError({ _ = try row.decode(Int.self, "nothing") }, "NULL as non-optional Int")
+            expectDecodingError({ _ = try row.decode(String.self, "nothing") }, "NULL as non-optional String")
+            expectDecodingError({ _ = try row.decode(Int?.self, "word") }, "text as Int?")
+            expectDecodingError({ _ = try row.decode(Int.self, "no_such_column") }, "a missing column")
+            expectDecodingError({ _ = try row.decode(Int.self, at: 99) }, "a missing index")
+            #expect(try row.decode(Int?.self, "nothing") == nil)
+            #expect(try row.decode(Int.self, "number") == 42)
+            #expect(try row.decode(Int.self, at: 1) == 42)
+        }
+    }
+
+    @Test("withTransaction commits when the body returns and rolls back when it throws")
+    func transactions() async throws {
+        struct Abort: Error {}
+        try await TestDatabase.withFresh(connections: 1) { client, url in
+            try await client.query("CREATE TABLE t (value int NOT NULL)")
+            let returned = try await client.withTransaction { session in
+                try await session.query("INSERT INTO t VALUES (1)")
+                try await session.query("INSERT INTO t VALUES (2)")
+                return "done"
+            }
+            #expect(returned == "done")
+            #expect(try await client.query("SELECT count(*)::int AS n FROM t").first?.decode(Int.self, "n") == 2)
+
+            await #expect(throws: Abort.self) {
+                try await client.withTransaction { session in
+                    try await session.query("INSERT INTO t VALUES (3)")
+                    throw Abort()
+                }
+            }
+            #expect(try await client.query("SELECT count(*)::int AS n FROM t").first?.decode(Int.self, "n") == 2)
+
+            // A failing statement inside rolls back too, and the connection is usable afterwards.
+            await #expect(throws: PostgresError.self) {
+                try await client.withTransaction { session in
+                    try await session.query("INSERT INTO t VALUES (4)")
+                    try await session.query("INSERT INTO t VALUES (NULL)")
+                }
+            }
+            let values = try await client.query("SELECT value FROM t ORDER BY value").rows.map { try $0.decode(Int.self, "value") }
+            #expect(values == [1, 2])
+            // No transaction was left open on the pooled connection: what it writes now is visible to others at once.
+            try await client.query("INSERT INTO t VALUES (5)")
+            let other = PostgresClient(url: url, connections: 1)
+            let seen = try await TestDatabase.using(other) {
+                try await other.query("SELECT count(*)::int AS n FROM t WHERE value = 5").first?.decode(Int.self, "n")
+            }
+            #expect(seen == 1)
+        }
+    }
+
+    @Test("a unique violation is a server error with SQLSTATE 23505")
+    func uniqueViolation() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("CREATE TABLE u (key text PRIMARY KEY)")
+            try await client.query("INSERT INTO u VALUES ($1)", ["secret-value-123"])
+            let error = await #expect(throws: PostgresError.self) {
+                try await client.query("INSERT INTO u VALUES ($1)", ["secret-value-123"])
+            }
+            #expect(error?.code == .server)
+            #expect(error?.sqlState == "23505")
+            #expect(error?.isUniqueViolation == true)
+            #expect(error?.isConnectionFailure == false)
+            // Other server errors are not unique violations.
+            let syntax = await #expect(throws: PostgresError.self) { try await client.query("SELEC 1") }
+            #expect(syntax?.sqlState == "42601")
+            #expect(syntax?.isUniqueViolation == false)
+            // And the connection is still good.
+            #expect(await client.ping())
+        }
+    }
+
+    @Test("after pg_terminate_backend from another client, the client recovers")
+    func reconnectAfterTerminate() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, url in
+            let firstPid = try #require(try await client.query("SELECT pg_backend_pid() AS pid").first?.decode(Int.self, "pid"))
+            let killer = PostgresClient(url: url, connections: 1)
+            try await TestDatabase.using(killer) {
+                let terminated = try await killer.query(
+                    "SELECT pg_terminate_backend(pid) AS done FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).rows.map { try $0.decode(Bool.self, "done") }
+                #expect(terminated.contains(true))
+                // The backend is really gone before the client is asked again.
+                _ = try await Poll.until(timeout: .seconds(20), "the backend to exit") { () async throws -> Bool? in
+                    let alive = try await killer.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1", [firstPid]).first != nil
+                    return alive ? nil : true
+                }
+            }
+            var failures: [PostgresError] = []
+            let secondPid = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(50), "the client to reconnect") { () async throws -> Int? in
+                do {
+                    return try await client.query("SELECT pg_backend_pid() AS pid").first?.decode(Int.self, "pid")
+                } catch let error as PostgresError where error.isConnectionFailure {
+                    failures.append(error)
+                    return nil
+                }
+            }
+            #expect(secondPid != firstPid)
+            #expect(failures.count <= 2, "\(failures)")
+        }
+    }
+
+    @Test("50 concurrent queries through a 4-connection pool all succeed, on at most 4 connections")
+    func concurrentQueries() async throws {
+        try await TestDatabase.withFresh(connections: 4) { client, _ in
+            let results = try await withThrowingTaskGroup(of: (Int, Int, Int).self) { group in
+                for index in 0..<50 {
+                    group.addTask {
+                        let row = try #require(try await client.query(
+                            "SELECT $1::int AS value, pg_backend_pid() AS pid FROM pg_sleep(0.02)", [index]
+                        ).first)
+                        return (index, try row.decode(Int.self, "value"), try row.decode(Int.self, "pid"))
+                    }
+                }
+                var results: [(Int, Int, Int)] = []
+                for try await result in group { results.append(result) }
+                return results
+            }
+            #expect(results.count == 50)
+            #expect(results.allSatisfy { $0.0 == $0.1 })
+            let pids = Set(results.map(\.2))
+            #expect(pids.count <= 4)
+            #expect(pids.count >= 2)
+        }
+    }
+
+    @Test("a closed client refuses new work with .closed")
+    func closedClient() async throws {
+        let url = try await TestEnvironment.freshDatabase()
+        let client = PostgresClient(url: url, connections: 1)
+        #expect(await client.ping())
+        await client.shutdown()
+        let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT 1") }
+        #expect(error?.code == .closed)
+    }
+}

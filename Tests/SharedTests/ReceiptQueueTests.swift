@@ -1,0 +1,434 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Shared
+
+@Suite("ReceiptQueue against a real Redis")
+struct ReceiptQueueTests {
+    static let ttl = 86_400
+    static let retention = 604_800
+
+    /// A prepared queue on a prefix of its own, a Redis client to inspect it, and a client for blocking reads.
+    struct Harness {
+        let queue: ReceiptQueue
+        let redis: RedisClient
+        let blocking: RedisClient
+        var keys: QueueKeys { self.queue.keys }
+
+        func xlen() async throws -> Int { try await self.redis.send("XLEN", self.keys.stream).int ?? -1 }
+        func pendingCount() async throws -> Int {
+            try await self.redis.send("XPENDING", self.keys.stream, self.keys.group).array?.first?.int ?? -1
+        }
+        func streamJobIds() async throws -> [String] {
+            let entries = try await self.redis.send("XRANGE", self.keys.stream, "-", "+").array ?? []
+            return entries.compactMap { entry in
+                guard let parts = entry.array, parts.count == 2, let fields = parts[1].array, fields.count == 2 else { return nil }
+                return fields[1].string
+            }
+        }
+        func field(_ jobId: String, _ name: String) async throws -> String? {
+            try await self.redis.send("HGET", self.keys.job(jobId), name).string
+        }
+        func read(_ consumer: String, count: Int = 10) async throws -> [QueueDelivery] {
+            try await self.queue.readNew(consumer: consumer, count: count, blockMilliseconds: 50, blockingClient: self.blocking)
+        }
+        func pending(_ job: ReceiptJob) async throws -> Bool {
+            try await self.queue.hasPendingJob(publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId)
+        }
+        /// Enqueues, reads and starts one job; returns its delivery.
+        func enqueueAndStart(_ job: ReceiptJob, consumer: String = "worker-a") async throws -> QueueDelivery {
+            #expect(try await self.queue.enqueue(job, keyTTLSeconds: ReceiptQueueTests.ttl) == .created(jobId: job.jobId))
+            let delivery = try #require(try await self.read(consumer).first { $0.jobId == job.jobId })
+            guard case .ready = try await self.queue.start(delivery, now: WallClock.nowMilliseconds()) else {
+                Issue.record("start did not find the job ready")
+                return delivery
+            }
+            return delivery
+        }
+    }
+
+    static func withQueue<T>(_ body: (Harness) async throws -> T) async throws -> T {
+        let redis = try TestEnvironment.redis(connections: 2)
+        let blocking = try TestEnvironment.redis(connections: 1)
+        let prefix = TestEnvironment.uniquePrefix()
+        let harness = Harness(queue: ReceiptQueue(redis: redis, prefix: prefix), redis: redis, blocking: blocking)
+        do {
+            try await harness.queue.prepare()
+            let value = try await body(harness)
+            try? await RedisClientTests.deleteKeys(prefix: prefix, client: redis)
+            await redis.shutdown()
+            await blocking.shutdown()
+            return value
+        } catch {
+            try? await RedisClientTests.deleteKeys(prefix: prefix, client: redis)
+            await redis.shutdown()
+            await blocking.shutdown()
+            throw error
+        }
+    }
+
+    @Test("prepare can run any number of times")
+    func prepareIsIdempotent() async throws {
+        try await Self.withQueue { harness in
+            try await harness.queue.prepare()
+            try await harness.queue.prepare()
+            let groups = try await harness.redis.send("XINFO", "GROUPS", harness.keys.stream).array ?? []
+            #expect(groups.count == 1)
+        }
+    }
+
+    @Test("enqueue creates one stream entry and a queued record")
+    func enqueueCreates() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(ipAddress: "192.168.1.1")
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId))
+            #expect(try await harness.xlen() == 1)
+            #expect(try await harness.streamJobIds() == [job.jobId])
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .queued)
+            #expect(record.attempts == 0)
+            #expect(record.customerEmail == job.customerEmail)
+            #expect(record.offerId == job.offerId)
+            #expect(record.publisherId == job.publisherId)
+            #expect(record.reason == nil)
+            #expect(try await harness.pending(job))
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 1, processing: 0, retrying: 0, dead: 0))
+            #expect(try await harness.queue.record(jobId: "no-such-job") == nil)
+        }
+    }
+
+    @Test("the same submission again is a duplicate with the same job id, and no second entry")
+    func duplicate() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId))
+            var again = job
+            again.jobId = UUID().uuidString.lowercased()
+            again.receiptData = "YW5vdGhlciByZWNlaXB0"
+            #expect(try await harness.queue.enqueue(again, keyTTLSeconds: Self.ttl) == .duplicate(jobId: job.jobId, status: .queued))
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .duplicate(jobId: job.jobId, status: .queued))
+            #expect(try await harness.xlen() == 1)
+            #expect(try await harness.queue.record(jobId: again.jobId) == nil)
+            // The duplicate reports the current status.
+            _ = try await harness.read("worker-a")
+            let delivery = try #require(try await harness.queue.readOwnPending(consumer: "worker-a", count: 10).first)
+            _ = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds())
+            #expect(try await harness.queue.enqueue(again, keyTTLSeconds: Self.ttl) == .duplicate(jobId: job.jobId, status: .processing))
+        }
+    }
+
+    @Test("the same transaction for another customer is already claimed, and nothing is written")
+    func alreadyClaimed() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(customerEmail: "first@example.com")
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId))
+            let keysBefore = try await harness.redis.send("KEYS", "\(harness.keys.prefix):*").array?.count
+            let other = Fixtures.job(publisherId: job.publisherId, customerEmail: "second@example.com", transactionId: job.transactionId)
+            #expect(try await harness.queue.enqueue(other, keyTTLSeconds: Self.ttl) == .alreadyClaimed)
+            // Also for another offer of the same publisher.
+            let otherOffer = Fixtures.job(publisherId: job.publisherId, customerEmail: "second@example.com", offerId: "offer.other", transactionId: job.transactionId)
+            #expect(try await harness.queue.enqueue(otherOffer, keyTTLSeconds: Self.ttl) == .alreadyClaimed)
+            #expect(try await harness.xlen() == 1)
+            #expect(try await harness.queue.record(jobId: other.jobId) == nil)
+            #expect(try await harness.pending(other) == false)
+            #expect(try await harness.redis.send("KEYS", "\(harness.keys.prefix):*").array?.count == keysBefore)
+            // Another publisher's customer may use the same transaction id: claims are per publisher.
+            let otherPublisher = Fixtures.job(customerEmail: "second@example.com", transactionId: job.transactionId)
+            #expect(try await harness.queue.enqueue(otherPublisher, keyTTLSeconds: Self.ttl) == .created(jobId: otherPublisher.jobId))
+        }
+    }
+
+    @Test("without a transaction id, the receipt digest deduplicates")
+    func receiptDigestDedup() async throws {
+        try await Self.withQueue { (harness: Harness) async throws in
+            let job = Fixtures.job(transactionId: nil, receiptData: "cmVjZWlwdC1B")
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId))
+            let sameReceipt = Fixtures.job(publisherId: job.publisherId, transactionId: nil, receiptData: "cmVjZWlwdC1B")
+            #expect(try await harness.queue.enqueue(sameReceipt, keyTTLSeconds: Self.ttl) == .duplicate(jobId: job.jobId, status: .queued))
+            let otherReceipt = Fixtures.job(publisherId: job.publisherId, transactionId: nil, receiptData: "cmVjZWlwdC1C")
+            #expect(try await harness.queue.enqueue(otherReceipt, keyTTLSeconds: Self.ttl) == .created(jobId: otherReceipt.jobId))
+            #expect(try await harness.xlen() == 2)
+        }
+    }
+
+    @Test("start marks the job processing and hands out attempt 1 with the payload")
+    func start() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(ipAddress: "10.1.2.3")
+            _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl)
+            let deliveries = try await harness.read("worker-a")
+            try #require(deliveries.count == 1)
+            #expect(deliveries[0].jobId == job.jobId)
+            let outcome = try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds())
+            #expect(outcome == .ready(job, attempt: 1, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .processing)
+            #expect(record.attempts == 1)
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 1, retrying: 0, dead: 0))
+            // A second delivery of the same entry counts a second attempt.
+            #expect(try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds())
+                == .ready(job, attempt: 2, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
+            #expect(try await harness.queue.start(QueueDelivery(entryId: "0-1", jobId: "missing"), now: 0) == .missing)
+        }
+    }
+
+    @Test("finish granted: record granted, entry acked and deleted, payload gone, TTL set, nothing pending")
+    func finishGranted() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            #expect(try await harness.field(job.jobId, "payload") != nil)
+            #expect(try await harness.pending(job))
+            try await harness.queue.finish(
+                delivery, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: 1_900_000_000,
+                now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention
+            )
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .granted)
+            #expect(record.environment == "Production")
+            #expect(record.expiresAt == 1_900_000_000)
+            #expect(record.reason == nil)
+            #expect(try await harness.xlen() == 0)
+            #expect(try await harness.pendingCount() == 0)
+            #expect(try await harness.redis.send("HEXISTS", harness.keys.job(job.jobId), "payload") == .integer(0))
+            let ttl = try #require(try await harness.redis.send("TTL", harness.keys.job(job.jobId)).int)
+            #expect(ttl > 0 && ttl <= Self.retention)
+            #expect(try await harness.pending(job) == false)
+            #expect(try await harness.redis.send("EXISTS", harness.keys.pending(for: job)) == .integer(0))
+            // A replayed delivery finds the job final.
+            #expect(try await harness.queue.start(delivery, now: WallClock.nowMilliseconds()) == .final(.granted))
+            // And a resubmission is a duplicate of the granted job.
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .duplicate(jobId: job.jobId, status: .granted))
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 0, retrying: 0, dead: 0))
+        }
+    }
+
+    @Test("finish rejected records the reason")
+    func finishRejected() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            try await harness.queue.finish(
+                delivery, job: job, status: .rejected, reason: .bundleMismatch, environment: nil, expiresAt: nil,
+                now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention
+            )
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .rejected)
+            #expect(record.reason == "bundle_mismatch")
+            #expect(record.expiresAt == nil)
+            #expect(try await harness.pending(job) == false)
+            #expect(try await harness.xlen() == 0)
+        }
+    }
+
+    @Test("retry: status retrying with the next attempt time, entry acked, job in the retry set")
+    func retry() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            let now = WallClock.nowMilliseconds()
+            let due = now + 30_000
+            try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: .appleUnavailable, now: now)
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .retrying)
+            #expect(record.nextAttemptAtMilliseconds == due)
+            #expect(record.reason == "apple_unavailable")
+            #expect(record.attempts == 1)
+            #expect(try await harness.pendingCount() == 0)
+            #expect(try await harness.xlen() == 0)
+            #expect(try await harness.redis.send("ZSCORE", harness.keys.retry, job.jobId).int == due)
+            #expect(try await harness.pending(job), "a retrying job is still pending for access status")
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 0, retrying: 1, dead: 0))
+            // Not due yet: nothing moves.
+            #expect(try await harness.queue.promoteDue(now: now) == 0)
+            #expect(try await harness.xlen() == 0)
+        }
+    }
+
+    @Test("promoteDue moves only due jobs, and never twice even when called concurrently")
+    func promoteDue() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            let dueJob = Fixtures.job(transactionId: Fixtures.transactionId())
+            let laterJob = Fixtures.job(transactionId: Fixtures.transactionId())
+            let dueDelivery = try await harness.enqueueAndStart(dueJob)
+            let laterDelivery = try await harness.enqueueAndStart(laterJob)
+            try await harness.queue.retry(dueDelivery, jobId: dueJob.jobId, dueAt: now - 1000, reason: .appleUnavailable, now: now)
+            try await harness.queue.retry(laterDelivery, jobId: laterJob.jobId, dueAt: now + 600_000, reason: .appleUnavailable, now: now)
+            #expect(try await harness.xlen() == 0)
+
+            let moved = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<12 { group.addTask { try await harness.queue.promoteDue(now: now) } }
+                var total = 0
+                for try await count in group { total += count }
+                return total
+            }
+            #expect(moved == 1)
+            #expect(try await harness.streamJobIds() == [dueJob.jobId])
+            #expect(try await harness.redis.send("ZRANGE", harness.keys.retry, "0", "-1") == .array([.bulk(Array(laterJob.jobId.utf8))]))
+            #expect(try await harness.queue.promoteDue(now: now) == 0)
+
+            // The promoted job is delivered again and starts its second attempt.
+            let again = try await harness.read("worker-b")
+            #expect(again.map(\.jobId) == [dueJob.jobId])
+            let outcome = try await harness.queue.start(try #require(again.first), now: WallClock.nowMilliseconds())
+            #expect(outcome == .ready(dueJob, attempt: 2, acceptedAtMilliseconds: dueJob.acceptedAtMilliseconds))
+        }
+    }
+
+    @Test("deadLetter: status failed, listed in dead letters, counted")
+    func deadLetter() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            let now = WallClock.nowMilliseconds()
+            try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "apple status 21005", now: now, retentionSeconds: Self.retention)
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .failed)
+            #expect(record.reason == "apple_unavailable")
+            let letters = try await harness.queue.deadLetters(limit: 10)
+            #expect(letters == [DeadLetter(jobId: job.jobId, reason: "apple_unavailable", detail: "apple status 21005", failedAt: now)])
+            #expect(try await harness.queue.counts().dead == 1)
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 0, retrying: 0, dead: 1))
+            #expect(try await harness.pendingCount() == 0)
+            #expect(try await harness.xlen() == 0)
+            #expect(try await harness.pending(job) == false)
+            // The receipt is kept so an operator can requeue.
+            #expect(try await harness.field(job.jobId, "payload") != nil)
+            #expect(try await harness.queue.start(delivery, now: now) == .final(.failed))
+        }
+    }
+
+    @Test("deadLetter without a delivery (a job parked in the retry set)")
+    func deadLetterWithoutDelivery() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl)
+            try await harness.queue.deadLetter(nil, job: job, reason: .internal, detail: "d", now: 1, retentionSeconds: Self.retention)
+            #expect(try await harness.queue.record(jobId: job.jobId)?.status == .failed)
+            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == [job.jobId])
+        }
+    }
+
+    @Test("requeue puts a failed job back with fresh attempts; a second requeue finds it not failed")
+    func requeue() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
+            let before = try #require(try await harness.redis.send("TTL", harness.keys.job(job.jobId)).int)
+            #expect(before > 0)
+
+            let requeued = try await harness.queue.requeue(
+                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, now: WallClock.nowMilliseconds()
+            )
+            #expect(requeued == .requeued)
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .queued)
+            #expect(record.attempts == 0)
+            #expect(record.reason == nil)
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 1, processing: 0, retrying: 0, dead: 0))
+            #expect(try await harness.streamJobIds() == [job.jobId])
+            #expect(try await harness.pending(job))
+            #expect(try await harness.redis.send("TTL", harness.keys.job(job.jobId)) == .integer(-1), "a live job does not expire")
+
+            let second = try await harness.queue.requeue(
+                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, now: WallClock.nowMilliseconds()
+            )
+            #expect(second == .notFailed(.queued))
+            #expect(try await harness.xlen() == 1)
+            #expect(try await harness.queue.requeue(jobId: "nope", publisherId: job.publisherId, customerEmail: "x", offerId: "y", now: 0) == .missing)
+
+            // The requeued job starts again from attempt 1.
+            let again = try #require(try await harness.read("worker-b").first)
+            guard case .ready(_, let attempt, _) = try await harness.queue.start(again, now: WallClock.nowMilliseconds()) else {
+                Issue.record("the requeued job did not start")
+                return
+            }
+            #expect(attempt == 1)
+        }
+    }
+
+    @Test("autoclaim: consumer B takes an entry consumer A has held past the minimum idle time")
+    func autoclaim() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl)
+            let held = try await harness.read("worker-a")
+            try #require(held.count == 1)
+            // Far from idle enough: nothing to take.
+            let early = try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 3_600_000, cursor: "0-0", count: 10)
+            #expect(early.deliveries.isEmpty)
+
+            let claimed = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(50), "worker-b to claim the entry") { () async throws -> [QueueDelivery]? in
+                let result = try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 100, cursor: "0-0", count: 10)
+                return result.deliveries.isEmpty ? nil : result.deliveries
+            }
+            #expect(claimed == held)
+            #expect(try await harness.queue.readOwnPending(consumer: "worker-b", count: 10) == held)
+            #expect(try await harness.queue.readOwnPending(consumer: "worker-a", count: 10).isEmpty)
+            let owners = try await harness.redis.send("XPENDING", harness.keys.stream, harness.keys.group, "-", "+", "10").array ?? []
+            #expect(owners.count == 1)
+            #expect(owners.first?.array?[1].string == "worker-b")
+        }
+    }
+
+    @Test("autoclaim reports entries deleted while pending")
+    func autoclaimDeleted() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl)
+            let held = try #require(try await harness.read("worker-a").first)
+            try await harness.redis.send("XDEL", harness.keys.stream, held.entryId)
+            let deleted = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(50), "the deleted entry to be reported") { () async throws -> [String]? in
+                let result = try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 100, cursor: "0-0", count: 10)
+                #expect(result.deliveries.isEmpty)
+                return result.deleted.isEmpty ? nil : result.deleted
+            }
+            #expect(deleted == [held.entryId])
+        }
+    }
+
+    @Test("readOwnPending returns exactly what a consumer holds")
+    func readOwnPending() async throws {
+        try await Self.withQueue { harness in
+            let jobs = (0..<3).map { _ in Fixtures.job(transactionId: Fixtures.transactionId()) }
+            for job in jobs { _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) }
+            let a = try await harness.read("worker-a", count: 2)
+            let c = try await harness.read("worker-c", count: 10)
+            #expect(a.map(\.jobId) == jobs.prefix(2).map(\.jobId))
+            #expect(c.map(\.jobId) == [jobs[2].jobId])
+            #expect(try await harness.queue.readOwnPending(consumer: "worker-a", count: 10) == a)
+            #expect(try await harness.queue.readOwnPending(consumer: "worker-c", count: 10) == c)
+            #expect(try await harness.queue.readOwnPending(consumer: "worker-z", count: 10).isEmpty)
+            // Acknowledged entries are no longer held.
+            try await harness.queue.acknowledge(a[0])
+            #expect(try await harness.queue.readOwnPending(consumer: "worker-a", count: 10) == [a[1]])
+            // And a blocking read with nothing new returns empty.
+            #expect(try await harness.read("worker-a").isEmpty)
+        }
+    }
+
+    @Test("counts() tells queued, processing, retrying and dead apart")
+    func counts() async throws {
+        try await Self.withQueue { harness in
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 0, retrying: 0, dead: 0))
+            let jobs = (0..<6).map { _ in Fixtures.job(transactionId: Fixtures.transactionId()) }
+            for job in jobs { _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) }
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 6, processing: 0, retrying: 0, dead: 0))
+            let held = try await harness.read("worker-a", count: 4)
+            try #require(held.count == 4)
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 2, processing: 4, retrying: 0, dead: 0))
+            let now = WallClock.nowMilliseconds()
+            let byId = Dictionary(uniqueKeysWithValues: jobs.map { ($0.jobId, $0) })
+            try await harness.queue.retry(held[0], jobId: held[0].jobId, dueAt: now + 60_000, reason: .appleUnavailable, now: now)
+            try await harness.queue.deadLetter(held[1], job: try #require(byId[held[1].jobId]), reason: .internal, detail: "boom", now: now, retentionSeconds: Self.retention)
+            try await harness.queue.finish(
+                held[2], job: try #require(byId[held[2].jobId]), status: .granted, reason: nil, environment: "Sandbox", expiresAt: nil,
+                now: now, retentionSeconds: Self.retention
+            )
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 2, processing: 1, retrying: 1, dead: 1))
+        }
+    }
+}

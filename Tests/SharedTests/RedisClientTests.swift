@@ -1,0 +1,317 @@
+import Foundation
+import Testing
+import TestSupport
+@testable import Shared
+
+@Suite("RedisClient against a real Redis")
+struct RedisClientTests {
+    /// Runs `body` with a client and a key prefix of its own, then deletes the prefix's keys and shuts down.
+    static func withClient<T>(connections: Int = 2, _ body: (RedisClient, String) async throws -> T) async throws -> T {
+        let client = try TestEnvironment.redis(connections: connections)
+        let prefix = TestEnvironment.uniquePrefix()
+        do {
+            let value = try await body(client, prefix)
+            try? await Self.deleteKeys(prefix: prefix, client: client)
+            await client.shutdown()
+            return value
+        } catch {
+            try? await Self.deleteKeys(prefix: prefix, client: client)
+            await client.shutdown()
+            throw error
+        }
+    }
+
+    static func deleteKeys(prefix: String, client: RedisClient) async throws {
+        var cursor = "0"
+        repeat {
+            let reply = try await client.send("SCAN", cursor, "MATCH", "\(prefix):*", "COUNT", "1000")
+            guard let parts = reply.array, parts.count == 2, let next = parts[0].string else { return }
+            let keys = (parts[1].array ?? []).compactMap(\.string)
+            if !keys.isEmpty { try await client.send(["DEL"] + keys) }
+            cursor = next
+        } while cursor != "0"
+    }
+
+    /// A URL for the test Redis with another path and credentials.
+    static func url(user: String? = nil, password: String? = nil, database: Int) throws -> String {
+        var components = try #require(URLComponents(string: try TestEnvironment.redisURL()))
+        components.user = user ?? (password == nil ? nil : "")
+        components.password = password
+        components.path = "/\(database)"
+        return try #require(components.string)
+    }
+
+    /// A TCP port on 127.0.0.1 that nothing listens on (bound once by the kernel's choice, then released).
+    static func closedPort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        try #require(bound)
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    @Test("SET/GET round-trips binary-safe values: NUL, CR LF, every ASCII byte, multi-byte UTF-8")
+    func binarySafeRoundTrip() async throws {
+        try await Self.withClient { client, prefix in
+            let ascii = String(decoding: (0...127).map { UInt8($0) }, as: UTF8.self)
+            let values = ["", "\u{0}", "a\u{0}b\r\n$3\r\nfoo\r\n", ascii, "naïve ☃ 𝄞 日本語", "*1\r\n$-1\r\n", " leading and trailing "]
+            for (index, value) in values.enumerated() {
+                let key = "\(prefix):bin:\(index)"
+                let reply = try await client.send("SET", key, value)
+                #expect(reply == .status("OK"))
+                #expect(try await client.send("GET", key) == .bulk(Array(value.utf8)), "value #\(index)")
+                #expect(try await client.send("STRLEN", key) == .integer(value.utf8.count))
+            }
+            #expect(try await client.send("GET", "\(prefix):missing") == .null)
+        }
+    }
+
+    @Test("a 1 MiB value round-trips intact")
+    func largeValue() async throws {
+        try await Self.withClient { client, prefix in
+            var generator = SeededGenerator(seed: 1 << 20)
+            let alphabet = Array("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789\r\n\u{0}".utf8)
+            let bytes = (0..<(1 << 20)).map { _ in alphabet[Int.random(in: 0..<alphabet.count, using: &generator)] }
+            let value = String(decoding: bytes, as: UTF8.self)
+            let key = "\(prefix):large"
+            try await client.send("SET", key, value)
+            let reply = try await client.send("GET", key)
+            guard case .bulk(let read) = reply else {
+                Issue.record("expected a bulk reply, got \(reply)")
+                return
+            }
+            #expect(read.count == 1 << 20)
+            #expect(read == bytes)
+            #expect(try await client.send("STRLEN", key) == .integer(1 << 20))
+        }
+    }
+
+    @Test("an error reply throws RedisError .server with Redis' message")
+    func errorReply() async throws {
+        try await Self.withClient { client, prefix in
+            let key = "\(prefix):string"
+            try await client.send("SET", key, "x")
+            let error = await #expect(throws: RedisError.self) { try await client.send("LPUSH", key, "y") }
+            #expect(error?.code == .server)
+            #expect(error?.message.hasPrefix("WRONGTYPE") == true)
+            #expect(error?.isConnectionFailure == false)
+            let unknown = await #expect(throws: RedisError.self) { try await client.send("NOSUCHCOMMAND", "x") }
+            #expect(unknown?.code == .server)
+            #expect(unknown?.message.hasPrefix("ERR") == true)
+            // The connection stays usable after error replies.
+            #expect(try await client.send("GET", key) == .bulk(Array("x".utf8)))
+        }
+    }
+
+    @Test("500 concurrent sends each get their own reply", arguments: [1, 3])
+    func pipeliningCorrectness(connections: Int) async throws {
+        try await Self.withClient(connections: connections) { client, prefix in
+            let wrong = try await withThrowingTaskGroup(of: [String].self) { group in
+                for index in 0..<500 {
+                    group.addTask {
+                        var problems: [String] = []
+                        let payload = "payload-\(index)-" + String(repeating: "x", count: index % 37)
+                        if try await client.send("ECHO", payload) != .bulk(Array(payload.utf8)) { problems.append("echo \(index)") }
+                        if try await client.send("INCRBY", "\(prefix):counter:\(index)", String(index)).int != index {
+                            problems.append("incrby \(index)")
+                        }
+                        if try await client.send("GET", "\(prefix):counter:\(index)").string != String(index) { problems.append("get \(index)") }
+                        return problems
+                    }
+                }
+                var all: [String] = []
+                for try await problems in group { all += problems }
+                return all
+            }
+            #expect(wrong.isEmpty)
+        }
+    }
+
+    @Test("run(script) loads on first use and again after SCRIPT FLUSH")
+    func scriptsSurviveFlush() async throws {
+        try await Self.withClient { client, prefix in
+            // A source no other test uses, so Redis cannot know it before.
+            let script = RedisScript(name: "test", source: "-- \(prefix)\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])")
+            let key = "\(prefix):script"
+            #expect(try await client.send("SCRIPT", "EXISTS", script.sha) == .array([.integer(0)]))
+            #expect(try await client.run(script, keys: [key], arguments: ["2"]) == .integer(2))
+            #expect(try await client.send("SCRIPT", "EXISTS", script.sha) == .array([.integer(1)]))
+            try await client.send("SCRIPT", "FLUSH")
+            #expect(try await client.send("SCRIPT", "EXISTS", script.sha) == .array([.integer(0)]))
+            #expect(try await client.run(script, keys: [key], arguments: ["3"]) == .integer(5))
+            // A script error is a server error, not a NOSCRIPT loop.
+            let failing = RedisScript(name: "failing", source: "-- \(prefix)\nreturn redis.error_reply('BOOM nope')")
+            let error = await #expect(throws: RedisError.self) { try await client.run(failing, keys: [], arguments: []) }
+            #expect(error?.code == .server)
+            #expect(error?.message.contains("BOOM") == true)
+        }
+    }
+
+    /// Shuts the clients down whether `body` returns or throws.
+    static func using<T>(_ clients: RedisClient..., body: () async throws -> T) async throws -> T {
+        do {
+            let value = try await body()
+            for client in clients { await client.shutdown() }
+            return value
+        } catch {
+            for client in clients { await client.shutdown() }
+            throw error
+        }
+    }
+
+    /// Creates an ACL user allowed everything, runs `body` with it, then deletes it.
+    static func withACLUser<T>(_ body: (_ user: String, _ password: String) async throws -> T) async throws -> T {
+        let admin = try TestEnvironment.redis(connections: 1)
+        let user = "tg_test_\(Fixtures.suffix())"
+        let password = "pw-\(Fixtures.suffix(8))"
+        return try await Self.using(admin) {
+            try await admin.send("ACL", "SETUSER", user, "on", ">\(password)", "~*", "+@all")
+            do {
+                let value = try await body(user, password)
+                _ = try? await admin.send("ACL", "DELUSER", user)
+                return value
+            } catch {
+                _ = try? await admin.send("ACL", "DELUSER", user)
+                throw error
+            }
+        }
+    }
+
+    @Test("after CLIENT KILL ID of its connection the client reconnects by itself")
+    func reconnectsAfterKill() async throws {
+        try await Self.withClient(connections: 1) { client, prefix in
+            let admin = try TestEnvironment.redis(connections: 1)
+            try await Self.using(admin) {
+                try await client.send("SET", "\(prefix):k", "before")
+                let firstId = try #require(try await client.send("CLIENT", "ID").int)
+                #expect(try await admin.send("CLIENT", "KILL", "ID", String(firstId)) == .integer(1))
+
+                var failures: [RedisError] = []
+                let secondId = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(20), "the client to reconnect") { () async throws -> Int? in
+                    do {
+                        return try await client.send("CLIENT", "ID").int
+                    } catch let error as RedisError where error.code == .connection {
+                        failures.append(error)
+                        return nil
+                    }
+                }
+                #expect(secondId != firstId)
+                #expect(failures.count <= 2, "\(failures)")
+                #expect(try await client.send("GET", "\(prefix):k") == .bulk(Array("before".utf8)))
+            }
+        }
+    }
+
+    @Test("CLIENT KILL TYPE normal of all the client's connections: the next commands recover")
+    func reconnectsAfterKillByType() async throws {
+        // The kill is narrowed to a user of this test's own, so tests running alongside keep their connections.
+        try await Self.withACLUser { user, password in
+            let client = RedisClient(
+                configuration: try RedisConfiguration(url: try Self.url(user: user, password: password, database: 0)), connections: 3
+            )
+            let admin = try TestEnvironment.redis(connections: 1)
+            let prefix = TestEnvironment.uniquePrefix()
+            try await Self.using(client, admin) {
+                // Open every pipeline's connection.
+                let before = try await withThrowingTaskGroup(of: Int?.self) { group in
+                    for _ in 0..<3 { group.addTask { try await client.send("CLIENT", "ID").int } }
+                    var ids = Set<Int>()
+                    for try await id in group { if let id { ids.insert(id) } }
+                    return ids
+                }
+                #expect(before.count == 3)
+                let killed = try await admin.send("CLIENT", "KILL", "TYPE", "normal", "USER", user).int
+                #expect(killed == 3)
+
+                let after = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(20), "every connection to reconnect") { () async throws -> Set<Int>? in
+                    do {
+                        let ids = try await withThrowingTaskGroup(of: Int?.self) { group in
+                            for _ in 0..<3 { group.addTask { try await client.send("CLIENT", "ID").int } }
+                            var ids = Set<Int>()
+                            for try await id in group { if let id { ids.insert(id) } }
+                            return ids
+                        }
+                        return ids.count == 3 ? ids : nil
+                    } catch let error as RedisError where error.code == .connection {
+                        return nil
+                    }
+                }
+                #expect(after.isDisjoint(with: before))
+                try await client.send("SET", "\(prefix):after", "1")
+                #expect(try await client.send("GET", "\(prefix):after") == .bulk(Array("1".utf8)))
+                try await client.send("DEL", "\(prefix):after")
+            }
+        }
+    }
+
+    @Test("the database in the URL is selected")
+    func selectsDatabase() async throws {
+        let prefix = TestEnvironment.uniquePrefix()
+        let key = "\(prefix):db"
+        let three = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 3)), connections: 1)
+        let threeAgain = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 3)), connections: 1)
+        let zero = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 0)), connections: 1)
+        try await Self.using(three, threeAgain, zero) {
+            try await three.send("SET", key, "in-three")
+            #expect(try await threeAgain.send("GET", key) == .bulk(Array("in-three".utf8)))
+            #expect(try await zero.send("GET", key) == .null)
+            #expect(try await zero.send("EXISTS", key) == .integer(0))
+            // CLIENT INFO names the selected database.
+            #expect(try await threeAgain.send("CLIENT", "INFO").string?.contains(" db=3 ") == true)
+            #expect(try await zero.send("CLIENT", "INFO").string?.contains(" db=0 ") == true)
+            try await three.send("DEL", key)
+        }
+    }
+
+    @Test("an ACL user and password in the URL authenticate; a wrong password is a connection error that hides it")
+    func aclUser() async throws {
+        try await Self.withACLUser { user, password in
+            let good = RedisClient(configuration: try RedisConfiguration(url: try Self.url(user: user, password: password, database: 0)), connections: 1)
+            try await Self.using(good) { () async throws in
+                #expect(try await good.send("ACL", "WHOAMI").string == user)
+                #expect(await good.ping())
+            }
+
+            let wrongPassword = "wrong-\(Fixtures.suffix(8))"
+            let bad = RedisClient(configuration: try RedisConfiguration(url: try Self.url(user: user, password: wrongPassword, database: 0)), connections: 1)
+            try await Self.using(bad) {
+                let error = await #expect(throws: RedisError.self) { try await bad.send("PING") }
+                #expect(error?.code == .connection)
+                #expect(error?.message.contains(wrongPassword) == false)
+                #expect(error.map { "\($0)" }?.contains(wrongPassword) == false)
+                #expect(error?.message.contains("WRONGPASS") == true)
+                #expect(await bad.ping() == false)
+            }
+        }
+    }
+
+    @Test("connecting to a closed port is a connection error")
+    func closedPort() async throws {
+        let port = try Self.closedPort()
+        let client = RedisClient(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(port)/0"), connections: 1)
+        let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
+        #expect(error?.code == .connection)
+        #expect(error?.isConnectionFailure == true)
+        #expect(await client.ping() == false)
+        await client.shutdown()
+    }
+
+    @Test("after shutdown, commands fail with .closed")
+    func closedAfterShutdown() async throws {
+        let client = try TestEnvironment.redis(connections: 1)
+        #expect(await client.ping())
+        await client.shutdown()
+        let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
+        #expect(error?.code == .closed)
+    }
+}
