@@ -64,14 +64,7 @@ func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -
     router.add(middleware: ErrorMiddleware())
     router.add(middleware: MetricsMiddleware())
 
-    OperationsRoutes<TollgateRequestContext>(registry: registry) {
-        async let redisUp = services.redis.ping()
-        async let databaseUp = services.database.ping()
-        var down: [String] = []
-        if await !redisUp { down.append("redis") }
-        if await !databaseUp { down.append("postgresql") }
-        return down
-    }.register(on: router)
+    OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database).register(on: router)
 
     let publisherRoutes = router.group().add(middleware: PublisherAuthMiddleware(authenticator: services.authenticator))
     PaymentController(services: services).register(on: publisherRoutes)

@@ -44,14 +44,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     let promoter = Promoter(queue: queue, logger: logger)
 
     let router = Router()
-    OperationsRoutes<BasicRequestContext>(registry: registry) {
-        async let redisUp = redis.ping()
-        async let databaseUp = database.ping()
-        var down: [String] = []
-        if await !redisUp { down.append("redis") }
-        if await !databaseUp { down.append("postgresql") }
-        return down
-    }.register(on: router)
+    OperationsRoutes<BasicRequestContext>(registry: registry, redis: redis, database: database).register(on: router)
     let portFile = configuration.portFile
     let operations = Application(
         router: router,

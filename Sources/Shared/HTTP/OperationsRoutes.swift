@@ -17,6 +17,18 @@ public struct OperationsRoutes<Context: RequestContext>: Sendable {
         self.readiness = readiness
     }
 
+    /// Creates the routes with the readiness of Tollgate's two dependencies.
+    public init(registry: PrometheusCollectorRegistry, redis: RedisClient, database: PostgresClient) {
+        self.init(registry: registry) {
+            async let redisUp = redis.ping()
+            async let databaseUp = database.ping()
+            var down: [String] = []
+            if await !redisUp { down.append("redis") }
+            if await !databaseUp { down.append("postgresql") }
+            return down
+        }
+    }
+
     /// Adds the routes to a router.
     public func register(on router: Router<Context>) {
         router.get("/health/live") { _, _ in
