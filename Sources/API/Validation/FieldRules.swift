@@ -53,7 +53,10 @@ enum FieldRules {
     static func ipAddress(_ text: String, field: String = "ipAddress") throws -> String {
         var v4 = in_addr()
         var v6 = in6_addr()
-        guard text.utf8.count <= 45, inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, text, &v6) == 1 else {
+        // inet_pton reads a C string: an embedded NUL would hide whatever follows it from the check.
+        guard text.utf8.count <= 45, !text.utf8.contains(0),
+            inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, text, &v6) == 1
+        else {
             throw APIError.invalid(field, code: "invalid_ip_address", "\(field) must be an IPv4 or IPv6 address")
         }
         return text
