@@ -1,0 +1,116 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Shared
+import Testing
+import TestSupport
+
+@testable import API
+
+/// `/health/live`, `/health/ready`, `/metrics`, unknown routes, and the API's answers while a dependency is down.
+@Suite("Operations routes and dependency failures")
+struct OperationsRouteTests {
+    @Test("/health/live and /health/ready answer 200 when Redis and PostgreSQL are up")
+    func healthy() async throws {
+        try await APIHarness.withAPI { api in
+            let live = try await api.send(.get, "/health/live")
+            #expect(live.status == .ok)
+            let ready = try await api.send(.get, "/health/ready")
+            #expect(ready.status == .ok, "\(ready.text)")
+            #expect(ready.headers[.contentType]?.hasPrefix("application/json") == true)
+            #expect(try ready.json()["status"] as? String == "ready")
+            #expect(ready.headers[.retryAfter] == nil)
+        }
+    }
+
+    @Test("/metrics serves the registry the router was given, as Prometheus text")
+    func metrics() async throws {
+        try await APIHarness.withAPI { api in
+            let probe = api.registry.makeCounter(name: "tollgate_apitest_probe_total")
+            probe.increment(by: Int64(3))
+            let response = try await api.send(.get, "/metrics")
+            #expect(response.status == .ok)
+            #expect(response.headers[.contentType]?.hasPrefix("text/plain") == true)
+            #expect(response.text.contains("# TYPE tollgate_apitest_probe_total counter"))
+            #expect(response.text.contains("\ntollgate_apitest_probe_total 3\n"))
+        }
+    }
+
+    @Test("an unknown route is a 404 JSON error", arguments: [
+        (HTTPRequest.Method.get, "/nope"), (.get, "/v2/receipts/abc"), (.post, "/apple/payments"), (.get, "/health/nothing"),
+    ])
+    func unknownRoute(method: HTTPRequest.Method, uri: String) async throws {
+        try await APIHarness.withAPI { api in
+            let response = try await api.send(method, uri, headers: [.contentType: "application/json"], body: "{}")
+            expectError(response, .notFound, code: "not_found")
+        }
+    }
+
+    // MARK: Redis down
+
+    @Test("with Redis down: /health/ready is 503 with Retry-After and JSON; live stays 200")
+    func readinessRedisDown() async throws {
+        let port = try APIHarness.closedPort()
+        try await APIHarness.withAPI(.init(redisURL: "redis://127.0.0.1:\(port)/0")) { api in
+            let ready = try await api.send(.get, "/health/ready")
+            #expect(ready.status == .serviceUnavailable)
+            #expect(ready.headers[.retryAfter] != nil)
+            #expect(Int(ready.headers[.retryAfter] ?? "") ?? 0 > 0)
+            #expect(ready.headers[.contentType]?.hasPrefix("application/json") == true)
+            let json = try ready.json()
+            #expect(json["code"] as? String == "dependency_unavailable")
+            #expect((json["message"] as? String)?.contains("redis") == true)
+            #expect((json["message"] as? String)?.contains("postgresql") == false)
+            #expect(try await api.send(.get, "/health/live").status == .ok)
+        }
+    }
+
+    @Test("with Redis down: POST /apple/payment and the reads that need Redis answer 503 with Retry-After, never 200")
+    func paymentRedisDown() async throws {
+        let port = try APIHarness.closedPort()
+        try await APIHarness.withAPI(.init(redisURL: "redis://127.0.0.1:\(port)/0")) { api in
+            // PostgreSQL is up, so the admin API still provisions a real publisher.
+            let tenant = try await api.provisionTenant()
+            for _ in 0..<2 {
+                let response = try await api.pay(tenant, Payment.body())
+                expectError(response, .serviceUnavailable, code: "dependency_unavailable")
+                #expect(Int(response.headers[.retryAfter] ?? "") ?? 0 > 0)
+            }
+            for uri in ["/v1/receipts/\(UUID().uuidString.lowercased())", ReadRouteTests.query("viewer@example.com", Tenant.Offer.pass)] {
+                let response = try await api.get(tenant, uri)
+                expectError(response, .serviceUnavailable, code: "dependency_unavailable")
+                #expect(Int(response.headers[.retryAfter] ?? "") ?? 0 > 0)
+            }
+            let queue = try await api.admin(.get, "/admin/v1/queue")
+            expectError(queue, .serviceUnavailable, code: "dependency_unavailable")
+            // Bad input is still bad input: validation happens before Redis is needed.
+            expectError(try await api.pay(tenant, Payment.body(email: "nope")), .unprocessableContent, code: "invalid_email", field: "customerEmail")
+        }
+    }
+
+    // MARK: PostgreSQL down
+
+    @Test("with PostgreSQL down: /health/ready is 503, and publisher and admin requests answer 503 with Retry-After")
+    func postgresDown() async throws {
+        let port = try APIHarness.closedPort()
+        try await APIHarness.withAPI(.init(databaseURL: "postgres://tollgate@127.0.0.1:\(port)/tollgate")) { api in
+            let ready = try await api.send(.get, "/health/ready")
+            #expect(ready.status == .serviceUnavailable)
+            #expect(Int(ready.headers[.retryAfter] ?? "") ?? 0 > 0)
+            #expect((try ready.json()["message"] as? String)?.contains("postgresql") == true)
+            #expect(try await api.send(.get, "/health/live").status == .ok)
+
+            let headers: HTTPFields = [
+                .publisherToken: "pt_unknown", .authorization: Tenant.basic("pub_x", "secret"), .contentType: "application/json",
+            ]
+            let payment = try await api.send(.post, "/apple/payment", headers: headers, json: Payment.body())
+            expectError(payment, .serviceUnavailable, code: "dependency_unavailable")
+            #expect(Int(payment.headers[.retryAfter] ?? "") ?? 0 > 0)
+            #expect(try await api.streamLength() == 0)
+
+            let admin = try await api.admin(.post, "/admin/v1/publishers", json: ["name": "P"])
+            expectError(admin, .serviceUnavailable, code: "dependency_unavailable")
+            #expect(Int(admin.headers[.retryAfter] ?? "") ?? 0 > 0)
+        }
+    }
+}
