@@ -9,7 +9,7 @@ struct Fulfiller: Sendable {
     let catalog: CatalogStore
     let grants: GrantStore
     let apple: VerifyReceiptClient
-    let products = ExpiringCache<String, [Product]>(lifetime: 5)
+    let products = ExpiringCache<UUID, [Product]>(lifetime: 5)
     let apps = ExpiringCache<UUID, [App]>(lifetime: 5)
 
     /// Runs the job to an outcome; database and network failures come back as retries, not throws.
@@ -23,94 +23,130 @@ struct Fulfiller: Sendable {
     }
 
     private func run(_ job: ReceiptJob, logger: Logger) async throws -> FulfilmentOutcome {
-        let offerProducts = try await self.products.value(for: "\(job.publisherId)|\(job.offerId)") {
-            let found = try await self.catalog.products(publisherId: job.publisherId, offerId: job.offerId)
+        let products = try await self.products.value(for: job.publisherId) {
+            let found = try await self.catalog.products(publisherId: job.publisherId)
             return found.isEmpty ? nil : found
         } ?? []
         let apps = try await self.apps.value(for: job.publisherId) {
             let found = try await self.catalog.apps(publisherId: job.publisherId)
             return found.isEmpty ? nil : found
         } ?? []
+        let offerProducts = products.filter { $0.offerId == job.offerId }
         guard !offerProducts.isEmpty, !apps.isEmpty else { return .rejected(.offerMismatch, environment: nil) }
 
+        let verified: (answer: AppleAnswer, environment: String, expired: Bool)
+        switch await self.verify(job, offerProducts: offerProducts, apps: apps) {
+        case .answer(let answer, let environment, let expired): verified = (answer, environment, expired)
+        case .outcome(let outcome): return outcome
+        }
+        let environment = verified.environment
+        guard let receipt = verified.answer.receipt else {
+            return verified.expired
+                ? .rejected(.expired, environment: environment)
+                : .retry(.appleUnavailable, detail: "status 0 without a receipt", attemptLimit: nil, exhausted: .failed(.appleUnavailable))
+        }
+        guard let app = apps.first(where: { $0.bundleId == receipt.bundleId }) else {
+            return .rejected(.bundleMismatch, environment: environment)
+        }
+        if environment == VerifyReceiptClient.Environment.sandbox.rawValue, !app.allowSandbox {
+            return .rejected(.sandboxNotAllowed, environment: environment)
+        }
+        let appProducts = Dictionary(products.filter { $0.appId == app.id }.map { ($0.productId, $0) }) { first, _ in first }
+        let verifiedAt = Date()
+        let evidence = Evidence(
+            publisherId: job.publisherId, appId: app.id, products: appProducts, answer: verified.answer, environment: environment,
+            job: job, verifiedAt: verifiedAt
+        )
+        let applied = try await self.grants.applyEvidence(evidence)
+        if applied.revoked + applied.extended > 0 {
+            logger.info("applied evidence", metadata: ["revoked": "\(applied.revoked)", "extended": "\(applied.extended)"])
+        }
+
+        let offerProductIds = Set(offerProducts.filter { $0.appId == app.id }.map(\.productId))
+        let transactions = evidence.transactions
+        let matched: AppleTransaction
+        if let transactionId = job.transactionId {
+            guard let found = transactions.first(where: { $0.transactionId == transactionId }) else {
+                return .rejected(.transactionNotFound, environment: environment)
+            }
+            matched = found
+        } else {
+            let candidates = transactions.filter { offerProductIds.contains($0.productId) }
+            guard let newest = candidates.max(by: { ($0.purchaseDateMilliseconds ?? 0) < ($1.purchaseDateMilliseconds ?? 0) }) else {
+                return .rejected(transactions.isEmpty ? .transactionNotFound : .offerMismatch, environment: environment)
+            }
+            matched = newest
+        }
+        guard offerProductIds.contains(matched.productId), let product = appProducts[matched.productId] else {
+            return .rejected(.offerMismatch, environment: environment)
+        }
+        let renewals = transactions.filter { $0.originalTransactionId == matched.originalTransactionId }
+        if verified.expired {
+            let end = renewals.compactMap(\.expiresDateMilliseconds).max().map { Int($0 / 1000) }
+            return .rejected(.expired, environment: environment, expiresAt: end)
+        }
+
+        let outcome = try await self.grants.grant(GrantRequest(
+            job: job, app: app, product: product, transaction: matched, renewals: renewals,
+            gracePeriodEndMilliseconds: evidence.gracePeriodEnds[matched.originalTransactionId], environment: environment,
+            verifiedAt: verifiedAt
+        ))
+        switch outcome {
+        case .granted(let expiresAt):
+            return .granted(environment: environment, expiresAt: expiresAt.map { Int($0.timeIntervalSince1970) })
+        case .alreadyClaimed:
+            return .rejected(.alreadyClaimed, environment: environment)
+        case .refunded:
+            return .rejected(.refunded, environment: environment)
+        case .expired(let expiresAt):
+            return .rejected(.expired, environment: environment, expiresAt: expiresAt.map { Int($0.timeIntervalSince1970) })
+        }
+    }
+
+    /// What asking Apple gave: an answer to check (status 0, or 21006 with its receipt), or an outcome already.
+    private enum Verification {
+        case answer(AppleAnswer, environment: String, expired: Bool)
+        case outcome(FulfilmentOutcome)
+    }
+
+    /// Production first; the sandbox on 21007 (when one of the offer's apps allows it); production again on 21008.
+    private func verify(_ job: ReceiptJob, offerProducts: [Product], apps: [App]) async -> Verification {
         let offerApps = apps.filter { app in offerProducts.contains { $0.appId == app.id } }
         let password = offerApps.lazy.compactMap(\.sharedSecret).first
         let excludeOld = offerProducts.contains { $0.kind == .autoRenewable }
-        let sandboxAllowed = offerApps.contains(where: \.allowSandbox)
-
         var environment = VerifyReceiptClient.Environment.production
-        var answer: AppleAnswer?
-        for _ in 0..<3 where answer == nil {
+        for _ in 0..<3 {
             let started = ContinuousClock.now
             let verdict = await self.apple.verify(
                 receiptData: job.receiptData, password: password, excludeOldTransactions: excludeOld, environment: environment
             )
             WorkerMetrics.appleCall(environment: environment.rawValue, verdict: verdict, duration: ContinuousClock.now - started)
             switch verdict {
-            case .valid(let valid):
-                answer = valid
+            case .valid(let answer):
+                return .answer(answer, environment: Self.environment(of: answer, asked: environment), expired: false)
+            case .expired(let answer):
+                return .answer(answer, environment: Self.environment(of: answer, asked: environment), expired: true)
             case .askSandbox:
-                guard sandboxAllowed else { return .rejected(.sandboxNotAllowed, environment: "Sandbox") }
+                guard offerApps.contains(where: \.allowSandbox) else {
+                    return .outcome(.rejected(.sandboxNotAllowed, environment: VerifyReceiptClient.Environment.sandbox.rawValue))
+                }
                 environment = .sandbox
             case .askProduction:
                 environment = .production
             case .reject(let reason, _):
-                return .rejected(reason, environment: environment.rawValue)
+                return .outcome(.rejected(reason, environment: environment.rawValue))
             case .fail(let reason, let detail):
-                return .failed(reason, detail: detail)
+                return .outcome(.failed(reason, detail: detail))
             case .retry(let detail, let limit, let exhausted):
-                return .retry(.appleUnavailable, detail: detail, attemptLimit: limit, exhausted: exhausted)
+                return .outcome(.retry(.appleUnavailable, detail: detail, attemptLimit: limit, exhausted: exhausted))
             }
         }
-        guard let answer, let receipt = answer.receipt else {
-            return .retry(.appleUnavailable, detail: "Apple bounced between environments", attemptLimit: nil, exhausted: .failed(.appleUnavailable))
-        }
-        let environmentName = answer.environment == "Sandbox" ? "Sandbox" : environment.rawValue
+        return .outcome(.retry(.appleUnavailable, detail: "Apple bounced between environments", attemptLimit: nil, exhausted: .failed(.appleUnavailable)))
+    }
 
-        guard let app = apps.first(where: { $0.bundleId == receipt.bundleId }) else {
-            return .rejected(.bundleMismatch, environment: environmentName)
-        }
-        if environmentName == "Sandbox", !app.allowSandbox { return .rejected(.sandboxNotAllowed, environment: environmentName) }
-        let appProducts = offerProducts.filter { $0.appId == app.id }
-        let transactions = answer.allTransactions
-
-        let matched: AppleTransaction
-        if let transactionId = job.transactionId {
-            guard let found = transactions.first(where: { $0.transactionId == transactionId }) else {
-                return .rejected(.transactionNotFound, environment: environmentName)
-            }
-            matched = found
-        } else {
-            let candidates = transactions.filter { transaction in appProducts.contains { $0.productId == transaction.productId } }
-            guard let newest = candidates.max(by: { ($0.purchaseDateMilliseconds ?? 0) < ($1.purchaseDateMilliseconds ?? 0) }) else {
-                return .rejected(transactions.isEmpty ? .transactionNotFound : .offerMismatch, environment: environmentName)
-            }
-            matched = newest
-        }
-        guard let product = appProducts.first(where: { $0.productId == matched.productId }) else {
-            return .rejected(.offerMismatch, environment: environmentName)
-        }
-
-        var seen = Set<String>()
-        let renewals = transactions.filter { $0.originalTransactionId == matched.originalTransactionId && seen.insert($0.transactionId).inserted }
-        let grace = answer.pendingRenewalInfo
-            .filter { $0.originalTransactionId == matched.originalTransactionId }
-            .compactMap(\.gracePeriodExpiresDateMilliseconds).max()
-
-        let outcome = try await self.grants.grant(GrantRequest(
-            job: job, app: app, product: product, transaction: matched, renewals: renewals, gracePeriodEndMilliseconds: grace,
-            environment: environmentName, verifiedAt: Date()
-        ))
-        switch outcome {
-        case .granted(let expiresAt):
-            return .granted(environment: environmentName, expiresAt: expiresAt.map { Int($0.timeIntervalSince1970) })
-        case .alreadyClaimed:
-            return .rejected(.alreadyClaimed, environment: environmentName)
-        case .refunded:
-            return .rejected(.refunded, environment: environmentName)
-        case .expired:
-            return .rejected(.expired, environment: environmentName)
-        }
+    /// The environment Apple says it answered from, else the one asked.
+    private static func environment(of answer: AppleAnswer, asked: VerifyReceiptClient.Environment) -> String {
+        answer.environment.flatMap(VerifyReceiptClient.Environment.init(rawValue:))?.rawValue ?? asked.rawValue
     }
 
     /// Error text for logs and dead letters: the error's own description, which carries no request data.

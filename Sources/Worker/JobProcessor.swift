@@ -54,8 +54,10 @@ struct JobProcessor: Sendable {
                 WorkerMetrics.job(status: .granted, reason: nil)
                 WorkerMetrics.grantLatency(milliseconds: now - acceptedAt)
                 logger.info("granted", metadata: ["environment": "\(environment)"])
-            case .rejected(let reason, let environment):
-                try await self.finishRejected(delivery, job: job, reason: reason, environment: environment, now: now, logger: logger)
+            case .rejected(let reason, let environment, let expiresAt):
+                try await self.finishRejected(
+                    delivery, job: job, reason: reason, environment: environment, expiresAt: expiresAt, now: now, logger: logger
+                )
             case .failed(let reason, let detail):
                 try await self.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, logger: logger)
             case .retry(let reason, let detail, let limit, let exhausted):
@@ -68,7 +70,7 @@ struct JobProcessor: Sendable {
                 } else {
                     switch exhausted {
                     case .rejected(let final):
-                        try await self.finishRejected(delivery, job: job, reason: final, environment: nil, now: now, logger: logger)
+                        try await self.finishRejected(delivery, job: job, reason: final, environment: nil, expiresAt: nil, now: now, logger: logger)
                     case .failed(let final):
                         try await self.deadLetter(delivery, job: job, reason: final, detail: detail, now: now, logger: logger)
                     }
@@ -80,9 +82,11 @@ struct JobProcessor: Sendable {
         }
     }
 
-    private func finishRejected(_ delivery: QueueDelivery, job: ReceiptJob, reason: JobReason, environment: String?, now: Int, logger: Logger) async throws {
+    private func finishRejected(
+        _ delivery: QueueDelivery, job: ReceiptJob, reason: JobReason, environment: String?, expiresAt: Int?, now: Int, logger: Logger
+    ) async throws {
         try await self.queue.finish(
-            delivery, job: job, status: .rejected, reason: reason, environment: environment, expiresAt: nil, now: now,
+            delivery, job: job, status: .rejected, reason: reason, environment: environment, expiresAt: expiresAt, now: now,
             retentionSeconds: self.retentionSeconds
         )
         WorkerMetrics.job(status: .rejected, reason: reason)

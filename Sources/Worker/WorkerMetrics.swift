@@ -10,6 +10,7 @@ enum WorkerMetrics {
         case .askSandbox: outcome = "ask_sandbox"
         case .askProduction: outcome = "ask_production"
         case .reject(let reason, _): outcome = "reject_\(reason.rawValue)"
+        case .expired: outcome = "reject_expired"
         case .fail(let reason, _): outcome = "fail_\(reason.rawValue)"
         case .retry: outcome = "retry"
         }

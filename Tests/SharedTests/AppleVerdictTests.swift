@@ -20,6 +20,7 @@ struct AppleVerdictTests {
         case .askSandbox: .askSandbox
         case .askProduction: .askProduction
         case .reject(let reason, _): .reject(reason)
+        case .expired: .reject(.expired)
         case .fail(let reason, _): .fail(reason)
         case .retry(_, let limit, let exhausted): .retry(attemptLimit: limit, exhausted: exhausted)
         }
@@ -28,7 +29,7 @@ struct AppleVerdictTests {
     static func detail(_ verdict: AppleVerdict) -> String? {
         switch verdict {
         case .reject(_, let detail), .fail(_, let detail), .retry(let detail, _, _): detail
-        case .valid, .askSandbox, .askProduction: nil
+        case .valid, .askSandbox, .askProduction, .expired: nil
         }
     }
 

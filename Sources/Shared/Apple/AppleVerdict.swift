@@ -8,6 +8,8 @@ public enum AppleVerdict: Sendable, Equatable {
     case askProduction
     /// Final refusal.
     case reject(JobReason, detail: String)
+    /// 21006: a valid receipt whose subscription has expired; the answer says until when it ran.
+    case expired(AppleAnswer)
     /// Final failure that an operator must look at (dead-lettered at once).
     case fail(JobReason, detail: String)
     /// Try again later, at most `attemptLimit` attempts in all (the policy's limit when `nil`); once
@@ -45,7 +47,7 @@ public enum AppleVerdict: Sendable, Equatable {
         case 21005, 21009:
             return .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable))
         case 21006:
-            return .reject(.expired, detail: detail)
+            return .expired(answer)
         case 21100...21199:
             return answer.isRetryable
                 ? .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable))

@@ -2,8 +2,8 @@
 public enum FulfilmentOutcome: Sendable, Equatable {
     /// Committed in PostgreSQL; `expiresAt` in Unix seconds when the access ends.
     case granted(environment: String, expiresAt: Int?)
-    /// Final refusal.
-    case rejected(JobReason, environment: String?)
+    /// Final refusal; `expiresAt` (Unix seconds) when an expired subscription's end is known.
+    case rejected(JobReason, environment: String?, expiresAt: Int? = nil)
     /// Dead-letter at once (an operator must act).
     case failed(JobReason, detail: String)
     /// Try again later, within `attemptLimit` (the policy's when `nil`); `exhausted` is the end once out of attempts.

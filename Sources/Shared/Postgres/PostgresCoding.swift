@@ -91,3 +91,20 @@ extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
         return .some(value)
     }
 }
+
+/// A `text[]` parameter (`= ANY($n)`), in PostgreSQL's array literal form with every element quoted.
+public struct PostgresTextArray: PostgresEncodable, Equatable {
+    /// The elements.
+    public var elements: [String]
+
+    /// Wraps elements.
+    public init(_ elements: [String]) { self.elements = elements }
+
+    public var postgresText: String? {
+        let quoted = self.elements.map { element -> String in
+            let escaped = element.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            return "\"\(escaped)\""
+        }
+        return "{" + quoted.joined(separator: ",") + "}"
+    }
+}

@@ -17,11 +17,7 @@ public struct GrantStore: Sendable {
         let job = request.job
         let transaction = request.transaction
         return try await self.database.withTransaction { session in
-            // Serialises grants for one customer and offer, so stacking reads and writes one state.
-            try await session.query(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-                ["\(job.publisherId.uuidString.lowercased())|\(job.customerEmail)|\(job.offerId)"]
-            )
+            try await Self.lock(publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, session: session)
             let claimKey = request.product.kind.claimsByOriginalTransaction
                 ? "original:\(transaction.originalTransactionId)" : "transaction:\(transaction.transactionId)"
             let owner = try await session.query(
@@ -39,7 +35,8 @@ public struct GrantStore: Sendable {
             let ledger = try await self.recordVerified(request, session: session)
             // The ledger keeps a cancellation once seen: a stale answer that predates the refund grants nothing.
             if transaction.isCancelled || ledger.cancelled {
-                try await self.revoke(ledgerId: ledger.id, request: request, session: session)
+                let cancelledAt = ledger.cancelledAt ?? transaction.cancellationDateMilliseconds.map(Self.date) ?? request.verifiedAt
+                try await Self.revoke(ledgerId: ledger.id, cancelledAt: cancelledAt, session: session)
                 return .refunded
             }
             if ledger.state == "fulfilled" {
@@ -60,7 +57,7 @@ public struct GrantStore: Sendable {
             case .nonConsumable, .nonRenewing, .autoRenewable:
                 let current = try await Self.entitlement(job: job, session: session)
                 guard let end = Self.newExpiry(request: request, current: current) else {
-                    try await self.invalidate(ledgerId: ledger.id, reason: JobReason.expired.rawValue, session: session)
+                    try await Self.invalidate(ledgerId: ledger.id, reason: JobReason.expired.rawValue, session: session)
                     return .expired(expiresAt: Self.subscriptionEnd(request).map { Date(timeIntervalSince1970: Double($0) / 1000) })
                 }
                 try await session.query(
@@ -81,6 +78,109 @@ public struct GrantStore: Sendable {
             )
             return .granted(expiresAt: expiresAt)
         }
+    }
+
+    /// Applies what an answer says about every transaction it lists: refunds revoke what they granted,
+    /// renewals extend the subscription of the customer who owns it. Idempotent; returns how many
+    /// transactions were revoked and how many entitlements were extended.
+    @discardableResult
+    public func applyEvidence(_ evidence: Evidence) async throws -> (revoked: Int, extended: Int) {
+        let cancelled = evidence.transactions.filter(\.isCancelled)
+        var periods: [String: [AppleTransaction]] = [:]
+        for transaction in evidence.transactions where !transaction.isCancelled && transaction.expiresDateMilliseconds != nil {
+            guard evidence.products[transaction.productId]?.kind == .autoRenewable else { continue }
+            periods[transaction.originalTransactionId, default: []].append(transaction)
+        }
+        guard !cancelled.isEmpty || !periods.isEmpty else { return (0, 0) }
+        return try await self.database.withTransaction { session in
+            let revoked = try await Self.revokeCancelled(cancelled, evidence: evidence, session: session)
+            let extended = try await Self.extendRenewed(periods, evidence: evidence, session: session)
+            return (revoked, extended)
+        }
+    }
+
+    private static func revokeCancelled(_ cancelled: [AppleTransaction], evidence: Evidence, session: PostgresSession) async throws -> Int {
+        guard !cancelled.isEmpty else { return 0 }
+        let cancelledAt = Dictionary(cancelled.map { ($0.transactionId, $0.cancellationDateMilliseconds ?? 0) }) { first, _ in first }
+        // Locks are taken in (customer, offer) order, so two workers never wait on each other in a cycle.
+        let rows = try await session.query(
+            """
+            SELECT id, transaction_id, customer_email, offer_id FROM transactions
+            WHERE app_id = $1 AND transaction_id = ANY($2) AND cancellation_date IS NULL
+            ORDER BY customer_email, offer_id, id
+            """,
+            [evidence.appId, PostgresTextArray(cancelled.map(\.transactionId))]
+        ).rows
+        for row in rows {
+            try await Self.lock(
+                publisherId: evidence.publisherId, customerEmail: try row.decode(String.self, "customer_email"),
+                offerId: try row.decode(String.self, "offer_id"), session: session
+            )
+            let transactionId = try row.decode(String.self, "transaction_id")
+            try await Self.revoke(
+                ledgerId: try row.decode(Int64.self, "id"), cancelledAt: Self.date(cancelledAt[transactionId] ?? 0), session: session
+            )
+        }
+        return rows.count
+    }
+
+    private static func extendRenewed(_ periods: [String: [AppleTransaction]], evidence: Evidence, session: PostgresSession) async throws -> Int {
+        guard !periods.isEmpty else { return 0 }
+        let owners = try await session.query(
+            "SELECT claim_key, customer_email FROM claims WHERE publisher_id = $1 AND claim_key = ANY($2) ORDER BY customer_email, claim_key",
+            [evidence.publisherId, PostgresTextArray(periods.keys.map { "original:\($0)" })]
+        ).rows
+        var extended = 0
+        for owner in owners {
+            let original = String(try owner.decode(String.self, "claim_key").dropFirst("original:".count))
+            let customer = try owner.decode(String.self, "customer_email")
+            guard let entries = periods[original], let product = entries.lazy.compactMap({ evidence.products[$0.productId] }).first,
+                let latest = entries.compactMap(\.expiresDateMilliseconds).max()
+            else { continue }
+            let end = Self.date(max(latest, evidence.gracePeriodEnds[original] ?? latest))
+            try await Self.lock(publisherId: evidence.publisherId, customerEmail: customer, offerId: product.offerId, session: session)
+            for entry in entries {
+                try await Self.recordRenewal(entry, owner: customer, product: product, evidence: evidence, session: session)
+            }
+            extended += try await session.query(
+                """
+                UPDATE entitlements SET expires_at = $4, updated_at = now()
+                WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL
+                  AND expires_at IS NOT NULL AND expires_at < $4
+                """,
+                [evidence.publisherId, customer, product.offerId, end]
+            ).affectedRows
+        }
+        return extended
+    }
+
+    /// Serialises work on one customer and offer, so stacking and extending read and write one state.
+    private static func lock(publisherId: UUID, customerEmail: String, offerId: String, session: PostgresSession) async throws {
+        try await session.query(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            ["\(publisherId.uuidString.lowercased())|\(customerEmail)|\(offerId)"]
+        )
+    }
+
+    /// A renewal period seen in an answer becomes a fulfilled ledger row of the subscription's owner.
+    private static func recordRenewal(
+        _ entry: AppleTransaction, owner: String, product: Product, evidence: Evidence, session: PostgresSession
+    ) async throws {
+        try await session.query(
+            """
+            INSERT INTO transactions (
+                publisher_id, app_id, product_ref, transaction_id, original_transaction_id, product_id, customer_email,
+                offer_id, environment, job_id, receipt_digest, state, purchase_date, expires_date, received_at, verified_at,
+                fulfilled_at, granted_until
+            ) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'fulfilled', $12, $13, $14, $14, $14, $13)
+            ON CONFLICT (app_id, transaction_id) DO NOTHING
+            """,
+            [
+                evidence.publisherId, evidence.appId, product.id, entry.transactionId, entry.originalTransactionId, entry.productId,
+                owner, product.offerId, evidence.environment, evidence.job.jobId, ReceiptDigest.hex(of: evidence.job.receiptData),
+                entry.purchaseDateMilliseconds.map(Self.date), entry.expiresDateMilliseconds.map(Self.date), evidence.verifiedAt,
+            ]
+        )
     }
 
     /// The end of the access a grant gives: `.some(nil)` means forever, `nil` means nothing (expired).
@@ -125,7 +225,13 @@ public struct GrantStore: Sendable {
         let id: Int64
         let state: String
         let grantedUntil: Date?
-        let cancelled: Bool
+        let cancelledAt: Date?
+
+        var cancelled: Bool { self.cancelledAt != nil }
+    }
+
+    private static func date(_ milliseconds: Int64) -> Date {
+        Date(timeIntervalSince1970: Double(milliseconds) / 1000)
     }
 
     private func recordVerified(_ request: GrantRequest, session: PostgresSession) async throws -> LedgerRow {
@@ -143,7 +249,7 @@ public struct GrantStore: Sendable {
                 expires_date = EXCLUDED.expires_date,
                 cancellation_date = COALESCE(transactions.cancellation_date, EXCLUDED.cancellation_date),
                 verified_at = COALESCE(transactions.verified_at, EXCLUDED.verified_at)
-            RETURNING id, state, granted_until, cancellation_date IS NOT NULL AS cancelled
+            RETURNING id, state, granted_until, cancellation_date
             """,
             [
                 job.publisherId, request.app.id, request.product.id, transaction.transactionId, transaction.originalTransactionId,
@@ -156,16 +262,20 @@ public struct GrantStore: Sendable {
         guard let row else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
         return LedgerRow(
             id: try row.decode(Int64.self, "id"), state: try row.decode(String.self, "state"),
-            grantedUntil: try row.decode(Date?.self, "granted_until"), cancelled: try row.decode(Bool.self, "cancelled")
+            grantedUntil: try row.decode(Date?.self, "granted_until"), cancelledAt: try row.decode(Date?.self, "cancellation_date")
         )
     }
 
-    /// Withdraws what a refunded transaction gave: its entitlement ends at the cancellation, its coins are reversed.
-    private func revoke(ledgerId: Int64, request: GrantRequest, session: PostgresSession) async throws {
-        let cancelledAt = request.transaction.cancellationDateMilliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) }
-            ?? request.verifiedAt
+    /// Withdraws what a refunded transaction gave: the entitlement it (or a later period of the same
+    /// purchase) granted ends at the cancellation, its coins are reversed, its ledger row is invalidated.
+    private static func revoke(ledgerId: Int64, cancelledAt: Date, session: PostgresSession) async throws {
         try await session.query(
-            "UPDATE entitlements SET revoked_at = $2, updated_at = now() WHERE granted_by = $1 AND revoked_at IS NULL",
+            """
+            UPDATE entitlements e SET revoked_at = $2, updated_at = now()
+            FROM transactions granting, transactions cancelled
+            WHERE cancelled.id = $1 AND granting.id = e.granted_by AND granting.app_id = cancelled.app_id
+              AND granting.original_transaction_id = cancelled.original_transaction_id AND e.revoked_at IS NULL
+            """,
             [ledgerId, cancelledAt]
         )
         try await session.query(
@@ -177,10 +287,17 @@ public struct GrantStore: Sendable {
             """,
             [ledgerId]
         )
-        try await self.invalidate(ledgerId: ledgerId, reason: JobReason.refunded.rawValue, session: session)
+        try await session.query(
+            """
+            UPDATE transactions SET cancellation_date = COALESCE(cancellation_date, $2), state = 'invalidated',
+                invalidated_at = COALESCE(invalidated_at, now()), last_error = 'refunded'
+            WHERE id = $1
+            """,
+            [ledgerId, cancelledAt]
+        )
     }
 
-    private func invalidate(ledgerId: Int64, reason: String, session: PostgresSession) async throws {
+    private static func invalidate(ledgerId: Int64, reason: String, session: PostgresSession) async throws {
         try await session.query(
             "UPDATE transactions SET state = 'invalidated', invalidated_at = COALESCE(invalidated_at, now()), last_error = $2 WHERE id = $1",
             [ledgerId, reason]
