@@ -1,0 +1,30 @@
+/// How an injected failure is answered, chosen globally (`--fail-mode`) or per scenario (`fail.mode`).
+///
+/// The cases cover what a real verifyReceipt client meets in production: HTTP errors from Apple's
+/// front ends, a hung connection, a captive portal or proxy page, an empty or cut body, and Apple's own
+/// "try again" statuses delivered with HTTP 200.
+enum FailMode: String, CaseIterable, Codable, Sendable {
+    /// HTTP 500 with an empty body.
+    case http500
+    /// HTTP 503 with an empty body and `Retry-After: 1`.
+    case http503
+    /// HTTP 429 with an empty body and `Retry-After: 1`.
+    case http429
+    /// Holds the request for the configured hold time, then answers HTTP 504, so a client's own timeout fires first.
+    case timeout
+    /// HTTP 200 with an HTML page, as a proxy or captive portal would answer.
+    case html
+    /// HTTP 200 with an empty body.
+    case empty
+    /// HTTP 200 with a JSON body cut in half.
+    case truncated
+    /// HTTP 200 `{"status":21002}`: Apple's "malformed or temporary issue".
+    case status21002
+    /// HTTP 200 `{"status":21005}`: Apple's "receipt server unavailable".
+    case status21005
+    /// HTTP 200 `{"status":21199,"is-retryable":true}`: Apple's "internal data access error".
+    case status21199
+
+    /// The accepted spellings, for error messages.
+    static let acceptedValues = allCases.map(\.rawValue).joined(separator: ", ")
+}

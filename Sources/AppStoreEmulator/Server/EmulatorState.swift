@@ -1,0 +1,88 @@
+/// The emulator's mutable state: fault settings, call counters and per-scenario failure counters.
+///
+/// An actor, so every route sees one consistent state without locks; each verifyReceipt call touches it
+/// once (twice when its scenario scripts a failure), which costs far less than the JSON work per call.
+actor EmulatorState {
+    private var settings: FaultSettings
+    private var stats = EmulatorStats()
+    /// Failures already served per exact `receipt-data` string. Only receipts whose scenario has `fail`
+    /// are recorded, so a benchmark with millions of distinct receipts does not grow it.
+    private var scenarioFailures: [String: Int] = [:]
+    /// Set once the process is stopping: requests held by the `timeout` mode stop waiting, so a
+    /// 30-second hold does not hold up a graceful shutdown.
+    private var holdsReleased = false
+
+    /// Creates the state with the process's starting fault settings.
+    init(settings: FaultSettings = .defaults) {
+        self.settings = settings
+    }
+
+    /// Counts a call to the `endpoint` route and draws whether the global fault injection fails it.
+    func admit(_ endpoint: AppleEnvironment) -> Admission {
+        switch endpoint {
+        case .production: stats.production += 1
+        case .sandbox: stats.sandbox += 1
+        }
+        var admission = Admission(latencyMs: settings.latencyMs, timeoutHoldMs: settings.timeoutHoldMs)
+        if settings.failRate > 0, Double.random(in: 0..<1) < settings.failRate {
+            admission.injectedFailure = settings.failMode
+            stats.failuresInjected += 1
+        }
+        return admission
+    }
+
+    /// Whether this call with `receiptData` is one of the first `count` and must fail; counts it if so.
+    func consumeScenarioFailure(receiptData: String, count: Int) -> Bool {
+        let served = scenarioFailures[receiptData, default: 0]
+        guard served < count else { return false }
+        scenarioFailures[receiptData] = served + 1
+        stats.failuresInjected += 1
+        return true
+    }
+
+    /// The current fault settings.
+    func currentSettings() -> FaultSettings {
+        settings
+    }
+
+    /// Applies a runtime change of the fault settings; nothing changes when a field is refused.
+    func update(_ update: FaultSettingsUpdate) -> Result<FaultSettings, ControlError> {
+        let result = update.applied(to: settings)
+        if case .success(let updated) = result {
+            settings = updated
+        }
+        return result
+    }
+
+    /// The call counters.
+    func currentStats() -> EmulatorStats {
+        stats
+    }
+
+    /// Zeroes the call counters and forgets every scenario's served failures; the settings stay.
+    func reset() {
+        stats = EmulatorStats()
+        scenarioFailures = [:]
+    }
+
+    /// Ends every current and future `timeout` hold early; called when a stop signal arrives.
+    func releaseHolds() {
+        holdsReleased = true
+    }
+
+    /// Whether holds have been released.
+    func areHoldsReleased() -> Bool {
+        holdsReleased
+    }
+
+    /// Waits up to `milliseconds`, or less once holds are released. Checking in short slices costs one
+    /// actor hop per slice per held request, nothing next to the hold itself.
+    nonisolated func hold(milliseconds: Int) async throws {
+        let clock = ContinuousClock()
+        let deadline = clock.now.advanced(by: .milliseconds(milliseconds))
+        while clock.now < deadline, await !areHoldsReleased() {
+            let slice = min(deadline - clock.now, .milliseconds(100))
+            try await Task.sleep(for: slice)
+        }
+    }
+}

@@ -1,0 +1,52 @@
+import Hummingbird
+
+/// Builds the answer of an injected failure.
+enum FaultResponder {
+    /// A well-formed answer cut in half for the `truncated` mode: it starts like a real answer, so a
+    /// client that only sniffs the first bytes is caught too.
+    private static let truncatedBody: String = {
+        let whole = #"{"status":0,"environment":"Production","receipt":{"receipt_type":"Production","adam_id":0,"app_item_id":0,"bundle_id":"com.example.app","application_version":"1","in_app":[{"quantity":"1","product_id":"com.example.product","transaction_id":"1000000000000001","original_transaction_id":"1000000000000001"}]}}"#
+        return String(whole.prefix(whole.count / 2))
+    }()
+
+    private static let htmlBody = "<!DOCTYPE html><html><head><title>503 Service Temporarily Unavailable</title></head><body><h1>Service Temporarily Unavailable</h1></body></html>"
+
+    /// The response for `mode`; `timeout` first holds the request for `holdMs` (without blocking a thread,
+    /// and only until `state` releases holds at shutdown).
+    static func response(for mode: FailMode, holdMs: Int, retryableKey: RetryableKey, state: EmulatorState) async throws -> Response {
+        switch mode {
+        case .http500:
+            return Response(status: .internalServerError)
+        case .http503:
+            return Response(status: .serviceUnavailable, headers: [.retryAfter: "1"])
+        case .http429:
+            return Response(status: .tooManyRequests, headers: [.retryAfter: "1"])
+        case .timeout:
+            try await state.hold(milliseconds: holdMs)
+            return Response(status: .gatewayTimeout)
+        case .html:
+            return Response(
+                status: .ok,
+                headers: [.contentType: "text/html; charset=utf-8"],
+                body: ResponseBody(byteBuffer: ByteBuffer(string: htmlBody))
+            )
+        case .empty:
+            return Response(status: .ok, headers: [.contentType: "application/json"])
+        case .truncated:
+            return Response(
+                status: .ok,
+                headers: [.contentType: "application/json"],
+                body: ResponseBody(byteBuffer: ByteBuffer(string: truncatedBody))
+            )
+        case .status21002:
+            return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21002))
+        case .status21005:
+            return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21005))
+        case .status21199:
+            var answer = AppleVerifyReceiptResponse.status(21199)
+            answer.isRetryable = true
+            answer.retryableKey = retryableKey
+            return try JSONAnswer.response(answer)
+        }
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import Hummingbird
+
+/// The two verifyReceipt routes: `POST /verifyReceipt` (production) and `POST /sandbox/verifyReceipt`.
+struct VerifyReceiptController: Sendable {
+    /// Large enough for any real receipt (Apple's run to a few hundred KiB for apps with long histories).
+    static let maxBodySize = 8 * 1024 * 1024
+
+    let state: EmulatorState
+    let verifier = ReceiptVerifier()
+
+    /// Registers both routes on `router`.
+    func addRoutes<Context: RequestContext>(to router: Router<Context>) {
+        router.post("/verifyReceipt") { request, _ in
+            try await self.verify(request, endpoint: .production)
+        }
+        router.post("/sandbox/verifyReceipt") { request, _ in
+            try await self.verify(request, endpoint: .sandbox)
+        }
+    }
+
+    /// Answers one call as Apple's `endpoint` environment would, after the configured faults.
+    ///
+    /// Global latency and fault injection come first, because they stand for Apple or the network failing
+    /// whatever the receipt; a scenario's own latency and scripted failures come once its receipt is read.
+    func verify(_ request: Request, endpoint: AppleEnvironment) async throws -> Response {
+        var request = request
+        // Read the body even when a failure is injected, so the connection stays reusable.
+        let body = try await request.collectBody(upTo: Self.maxBodySize)
+        let admission = await state.admit(endpoint)
+        if admission.latencyMs > 0 {
+            try await Task.sleep(for: .milliseconds(admission.latencyMs))
+        }
+        if let failure = admission.injectedFailure {
+            return try await FaultResponder.response(for: failure, holdMs: admission.timeoutHoldMs, retryableKey: .hyphen, state: state)
+        }
+
+        guard let verifyRequest = VerifyReceiptRequest.decode(from: body) else {
+            return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21000))
+        }
+        guard let scenario = Scenario.decode(receiptData: verifyRequest.receiptData) else {
+            return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21002))
+        }
+        if scenario.latencyMs > 0 {
+            try await Task.sleep(for: .milliseconds(scenario.latencyMs))
+        }
+        if let fail = scenario.fail, fail.count > 0,
+            await state.consumeScenarioFailure(receiptData: verifyRequest.receiptData, count: fail.count) {
+            return try await FaultResponder.response(for: fail.mode, holdMs: admission.timeoutHoldMs, retryableKey: scenario.retryableKey, state: state)
+        }
+
+        let nowMs = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+        let answer = verifier.answer(scenario: scenario, request: verifyRequest, endpoint: endpoint, nowMs: nowMs)
+        return try JSONAnswer.response(answer)
+    }
+}

@@ -1,0 +1,159 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+@testable import AppStoreEmulator
+
+@Suite("emulator control routes and global fault injection")
+struct ControlRouteTests {
+    @Test("GET /health answers ok")
+    func health() async throws {
+        try await Fixtures.makeApplication().test(.router) { client in
+            let response = try await client.execute(uri: "/health", method: .get)
+            #expect(response.status == .ok)
+            #expect(String(buffer: response.body) == "ok")
+        }
+    }
+
+    @Test("stats count calls per route; reset zeroes them")
+    func stats() async throws {
+        let receipt = Fixtures.receiptData(Fixtures.simpleScenario())
+        try await Fixtures.makeApplication().test(.router) { client in
+            _ = try await client.verify(receipt)
+            _ = try await client.verify(receipt)
+            _ = try await client.verify(receipt, sandbox: true)
+            let stats = try Fixtures.object(try await client.execute(uri: "/emulator/stats", method: .get).body)
+            #expect(stats["production"] as? Int == 2)
+            #expect(stats["sandbox"] as? Int == 1)
+            #expect(stats["failuresInjected"] as? Int == 0)
+
+            let reset = try await client.execute(uri: "/emulator/reset", method: .post)
+            #expect(reset.status == .ok)
+            let zeroed = try Fixtures.object(try await client.execute(uri: "/emulator/stats", method: .get).body)
+            #expect(zeroed["production"] as? Int == 0)
+            #expect(zeroed["sandbox"] as? Int == 0)
+        }
+    }
+
+    @Test("POST /emulator/config changes the faults at runtime and answers the whole config")
+    func runtimeConfig() async throws {
+        let receipt = Fixtures.receiptData(Fixtures.simpleScenario())
+        try await Fixtures.makeApplication().test(.router) { client in
+            let changed = try await client.execute(
+                uri: "/emulator/config", method: .post,
+                body: ByteBuffer(string: #"{"failRate":1,"failMode":"http429"}"#)
+            )
+            #expect(changed.status == .ok)
+            let config = try Fixtures.object(changed.body)
+            #expect(config["failRate"] as? Double == 1)
+            #expect(config["failMode"] as? String == "http429")
+            #expect(config["latencyMs"] as? Int == 0)
+            #expect(config["timeoutHoldMs"] as? Int == 30_000)
+
+            let failed = try await client.verify(receipt)
+            #expect(failed.status == .tooManyRequests)
+            #expect(failed.headers[.retryAfter] == "1")
+
+            _ = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: #"{"failRate":0}"#))
+            #expect(try Fixtures.object(try await client.verify(receipt).body)["status"] as? Int == 0)
+
+            let stats = try Fixtures.object(try await client.execute(uri: "/emulator/stats", method: .get).body)
+            #expect(stats["failuresInjected"] as? Int == 1)
+            #expect(stats["production"] as? Int == 2)
+
+            let current = try Fixtures.object(try await client.execute(uri: "/emulator/config", method: .get).body)
+            #expect(current["failMode"] as? String == "http429")
+            #expect(current["failRate"] as? Double == 0)
+        }
+    }
+
+    @Test("a refused config value answers 400 naming the field and changes nothing", arguments: [
+        (#"{"failRate":1.5}"#, "failRate"),
+        (#"{"failMode":"explode"}"#, "failMode"),
+        (#"{"latencyMs":-1}"#, "latencyMs"),
+        (#"{"failRate":1,"timeoutHoldMs":-5}"#, "timeoutHoldMs"),
+    ])
+    func refusedConfig(body: String, field: String) async throws {
+        try await Fixtures.makeApplication().test(.router) { client in
+            let response = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: body))
+            #expect(response.status == .badRequest)
+            let error = try Fixtures.object(response.body)
+            #expect(error["field"] as? String == field)
+            #expect(error["code"] as? String == "invalid_field")
+            #expect(error["message"] is String)
+            let current = try Fixtures.object(try await client.execute(uri: "/emulator/config", method: .get).body)
+            #expect(current["failRate"] as? Double == 0)
+        }
+    }
+
+    @Test("malformed config JSON answers 400 malformed_json")
+    func malformedConfig() async throws {
+        try await Fixtures.makeApplication().test(.router) { client in
+            let response = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: #"{"failRate":"lots"}"#))
+            #expect(response.status == .badRequest)
+            #expect(try Fixtures.object(response.body)["code"] as? String == "malformed_json")
+        }
+    }
+
+    @Test("each global fail mode answers as documented")
+    func failModes() async throws {
+        let receipt = Fixtures.receiptData(Fixtures.simpleScenario())
+        try await Fixtures.makeApplication(faults: FaultSettings(latencyMs: 0, failRate: 1, failMode: .http503, timeoutHoldMs: 20))
+            .test(.router) { client in
+                func setMode(_ mode: FailMode) async throws {
+                    _ = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: #"{"failMode":"\#(mode.rawValue)"}"#))
+                }
+                #expect(try await client.verify(receipt).status == .serviceUnavailable)
+
+                try await setMode(.http500)
+                #expect(try await client.verify(receipt).status == .internalServerError)
+
+                try await setMode(.timeout)
+                let clock = ContinuousClock()
+                let start = clock.now
+                #expect(try await client.verify(receipt).status == .gatewayTimeout)
+                #expect(clock.now - start >= .milliseconds(20))
+
+                try await setMode(.html)
+                let html = try await client.verify(receipt)
+                #expect(html.status == .ok)
+                #expect(String(buffer: html.body).hasPrefix("<!DOCTYPE html>"))
+
+                try await setMode(.empty)
+                let empty = try await client.verify(receipt)
+                #expect(empty.status == .ok)
+                #expect(empty.body.readableBytes == 0)
+
+                try await setMode(.truncated)
+                let truncated = try await client.verify(receipt)
+                #expect(truncated.status == .ok)
+                #expect(String(buffer: truncated.body).hasPrefix(#"{"status":0"#))
+                #expect((try? JSONSerialization.jsonObject(with: Data(truncated.body.readableBytesView))) == nil)
+
+                try await setMode(.status21005)
+                #expect(try Fixtures.object(try await client.verify(receipt).body)["status"] as? Int == 21005)
+
+                try await setMode(.status21199)
+                let internalError = try Fixtures.object(try await client.verify(receipt).body)
+                #expect(internalError["status"] as? Int == 21199)
+                #expect(internalError["is-retryable"] as? Bool == true)
+
+                let stats = try Fixtures.object(try await client.execute(uri: "/emulator/stats", method: .get).body)
+                #expect(stats["failuresInjected"] as? Int == 8)
+            }
+    }
+
+    @Test("global and scenario latency delay the answer")
+    func latency() async throws {
+        let receipt = Fixtures.receiptData(Fixtures.simpleScenario(extra: #","latencyMs":30"#))
+        try await Fixtures.makeApplication(faults: FaultSettings(latencyMs: 20, failRate: 0, failMode: .http503, timeoutHoldMs: 0))
+            .test(.router) { client in
+                let clock = ContinuousClock()
+                let start = clock.now
+                let answer = try Fixtures.object(try await client.verify(receipt).body)
+                let elapsed = clock.now - start
+                #expect(answer["status"] as? Int == 0)
+                #expect(elapsed >= .milliseconds(50))
+            }
+    }
+}
