@@ -10,6 +10,10 @@ struct JobProcessor: Sendable {
     let retentionSeconds: Int
     let logger: Logger
 
+    /// Starts allowed before a job counts as poison: every recorded attempt, plus a margin for workers
+    /// killed mid-job (each such crash costs one start that never recorded an outcome).
+    var maxStarts: Int { self.retry.maxAttempts + 3 }
+
     func process(_ delivery: QueueDelivery) async {
         var logger = self.logger
         logger[metadataKey: "job"] = "\(delivery.jobId)"
@@ -20,7 +24,7 @@ struct JobProcessor: Sendable {
         }
         let start: StartOutcome
         do {
-            start = try await self.queue.start(delivery, now: WallClock.nowMilliseconds())
+            start = try await self.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: self.maxStarts)
         } catch {
             // The entry stays pending; a claim brings it back once Redis answers again.
             logger.warning("cannot start job", metadata: ["error": "\(error)"])
@@ -30,6 +34,13 @@ struct JobProcessor: Sendable {
         case .missing:
             logger.warning("job status is gone; acknowledging its entry")
             try? await self.queue.acknowledge(delivery)
+        case .poison(let job, let attempt):
+            let detail = "poison: started \(attempt) times without finishing"
+            do {
+                try await self.deadLetter(delivery, job: job, reason: .internal, detail: detail, now: WallClock.nowMilliseconds(), logger: logger)
+            } catch {
+                logger.warning("cannot dead-letter a poison job", metadata: ["error": "\(error)"])
+            }
         case .final(let status):
             logger.debug("job already final; acknowledging replayed entry", metadata: ["status": "\(status.rawValue)"])
             try? await self.queue.acknowledge(delivery)

@@ -8,9 +8,10 @@ import TestSupport
 /// A whole Tollgate running as real processes — emulator, API, workers — on the test Redis and a fresh
 /// PostgreSQL database, driven over HTTP like a publisher's middleware would.
 final class TollgateSystem: @unchecked Sendable {
-    // @unchecked Sendable: the mutable `workers` array is only touched by the single test that owns the
-    // system, sequentially.
-    let emulator: ManagedProcess
+    // @unchecked Sendable: the mutable `workers` and `emulator` are only touched by the single test that
+    // owns the system, sequentially.
+    var emulator: ManagedProcess
+    let emulatorPort: Int
     let api: ManagedProcess
     var workers: [ManagedProcess] = []
     let apiBase: String
@@ -30,8 +31,8 @@ final class TollgateSystem: @unchecked Sendable {
         self.emulator = try ManagedProcess(
             executable: "appstore-emulator", arguments: ["--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
         )
-        let emulatorPort = try await self.emulator.port()
-        self.emulatorBase = "http://127.0.0.1:\(emulatorPort)"
+        self.emulatorPort = try await self.emulator.port()
+        self.emulatorBase = "http://127.0.0.1:\(self.emulatorPort)"
         var environment = [
             "TOLLGATE_DATABASE_URL": self.databaseURL,
             "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(),
@@ -58,6 +59,25 @@ final class TollgateSystem: @unchecked Sendable {
         _ = try await worker.port()
         self.workers.append(worker)
         return worker
+    }
+
+    /// Stops the emulator: Apple is down.
+    func stopEmulator() async {
+        await self.emulator.stop()
+    }
+
+    /// Starts the emulator again on the same port: Apple is back.
+    func startEmulator() async throws {
+        self.emulator = try ManagedProcess(
+            executable: "appstore-emulator", arguments: ["--port", String(self.emulatorPort)], environment: [:],
+            portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
+        )
+        _ = try await self.emulator.port()
+    }
+
+    /// The job's record as the API shows it.
+    func job(_ publisher: Publisher, _ jobId: String) async throws -> [String: Any] {
+        try await self.request(.GET, "/v1/receipts/\(jobId)", headers: publisher.headers).json
     }
 
     /// Stops everything and drops the clients.

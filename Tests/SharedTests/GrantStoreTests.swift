@@ -134,6 +134,22 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a job's outcome is readable from the ledger by its id, only for its own publisher")
+    func jobOutcomeFromLedger() async throws {
+        try await Self.withWorld { world in
+            let transaction = AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            let request = world.request("a@example.com", world.coins, transaction)
+            _ = try await world.grants.grant(request)
+            let record = try #require(try await world.access.jobOutcome(jobId: request.job.jobId, publisherId: world.publisher.id))
+            #expect(record.status == .granted)
+            #expect(record.customerEmail == "a@example.com")
+            #expect(record.offerId == world.coins.offerId)
+            #expect(record.environment == "Production")
+            #expect(try await world.access.jobOutcome(jobId: request.job.jobId, publisherId: UUID()) == nil)
+            #expect(try await world.access.jobOutcome(jobId: "unknown", publisherId: world.publisher.id) == nil)
+        }
+    }
+
     @Test("a non-consumable grants access with no expiry")
     func nonConsumable() async throws {
         try await Self.withWorld { world in

@@ -39,7 +39,7 @@ struct ReceiptQueueTests {
         func enqueueAndStart(_ job: ReceiptJob, consumer: String = "worker-a") async throws -> QueueDelivery {
             #expect(try await self.queue.enqueue(job, keyTTLSeconds: ReceiptQueueTests.ttl) == .created(jobId: job.jobId))
             let delivery = try #require(try await self.read(consumer).first { $0.jobId == job.jobId })
-            guard case .ready = try await self.queue.start(delivery, now: WallClock.nowMilliseconds()) else {
+            guard case .ready = try await self.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 100) else {
                 Issue.record("start did not find the job ready")
                 return delivery
             }
@@ -112,7 +112,7 @@ struct ReceiptQueueTests {
             // The duplicate reports the current status.
             _ = try await harness.read("worker-a")
             let delivery = try #require(try await harness.queue.readOwnPending(consumer: "worker-a", count: 10).first)
-            _ = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds())
+            _ = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 100)
             #expect(try await harness.queue.enqueue(again, keyTTLSeconds: Self.ttl) == .duplicate(jobId: job.jobId, status: .processing))
         }
     }
@@ -159,16 +159,16 @@ struct ReceiptQueueTests {
             let deliveries = try await harness.read("worker-a")
             try #require(deliveries.count == 1)
             #expect(deliveries[0].jobId == job.jobId)
-            let outcome = try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds())
+            let outcome = try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds(), maxStarts: 100)
             #expect(outcome == .ready(job, attempt: 1, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
             let record = try #require(try await harness.queue.record(jobId: job.jobId))
             #expect(record.status == .processing)
             #expect(record.attempts == 1)
             #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 1, retrying: 0, dead: 0))
             // A second delivery of the same entry counts a second attempt.
-            #expect(try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds())
+            #expect(try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds(), maxStarts: 100)
                 == .ready(job, attempt: 2, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
-            #expect(try await harness.queue.start(QueueDelivery(entryId: "0-1", jobId: "missing"), now: 0) == .missing)
+            #expect(try await harness.queue.start(QueueDelivery(entryId: "0-1", jobId: "missing"), now: 0, maxStarts: 100) == .missing)
         }
     }
 
@@ -196,7 +196,7 @@ struct ReceiptQueueTests {
             #expect(try await harness.pending(job) == false)
             #expect(try await harness.redis.send("EXISTS", harness.keys.pending(for: job)) == .integer(0))
             // A replayed delivery finds the job final.
-            #expect(try await harness.queue.start(delivery, now: WallClock.nowMilliseconds()) == .final(.granted))
+            #expect(try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 100) == .final(.granted))
             // And a resubmission is a duplicate of the granted job.
             #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .duplicate(jobId: job.jobId, status: .granted))
             #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 0, retrying: 0, dead: 0))
@@ -271,7 +271,7 @@ struct ReceiptQueueTests {
             // The promoted job is delivered again and starts its second attempt.
             let again = try await harness.read("worker-b")
             #expect(again.map(\.jobId) == [dueJob.jobId])
-            let outcome = try await harness.queue.start(try #require(again.first), now: WallClock.nowMilliseconds())
+            let outcome = try await harness.queue.start(try #require(again.first), now: WallClock.nowMilliseconds(), maxStarts: 100)
             #expect(outcome == .ready(dueJob, attempt: 2, acceptedAtMilliseconds: dueJob.acceptedAtMilliseconds))
         }
     }
@@ -295,7 +295,22 @@ struct ReceiptQueueTests {
             #expect(try await harness.pending(job) == false)
             // The receipt is kept so an operator can requeue.
             #expect(try await harness.field(job.jobId, "payload") != nil)
-            #expect(try await harness.queue.start(delivery, now: now) == .final(.failed))
+            #expect(try await harness.queue.start(delivery, now: now, maxStarts: 100) == .final(.failed))
+        }
+    }
+
+    @Test("a job started more often than attempts allow, without finishing, is poison")
+    func poison() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId))
+            let delivery = try #require(try await harness.read("worker-a").first)
+            // Three starts that never record an outcome (crashed workers), with at most three starts allowed.
+            for attempt in 1...3 {
+                let outcome = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 3)
+                #expect(outcome == .ready(job, attempt: attempt, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
+            }
+            #expect(try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 3) == .poison(job, attempt: 4))
         }
     }
 
@@ -342,7 +357,7 @@ struct ReceiptQueueTests {
 
             // The requeued job starts again from attempt 1.
             let again = try #require(try await harness.read("worker-b").first)
-            guard case .ready(_, let attempt, _) = try await harness.queue.start(again, now: WallClock.nowMilliseconds()) else {
+            guard case .ready(_, let attempt, _) = try await harness.queue.start(again, now: WallClock.nowMilliseconds(), maxStarts: 100) else {
                 Issue.record("the requeued job did not start")
                 return
             }

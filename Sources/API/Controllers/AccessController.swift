@@ -26,9 +26,13 @@ struct AccessController {
 
     @Sendable func job(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         let publisher = try context.requirePublisher()
-        guard let jobId = context.parameters.get("jobId"), jobId.utf8.count <= 64,
-            let record = try await self.services.queue.record(jobId: jobId), record.publisherId == publisher.id
-        else { throw APIError.notFound }
+        guard let jobId = context.parameters.get("jobId"), jobId.utf8.count <= 64 else { throw APIError.notFound }
+        // Redis knows jobs in flight and recent ones; after retention the ledger still knows the outcome.
+        var record = try await self.services.queue.record(jobId: jobId)
+        if record == nil {
+            record = try await self.services.access.jobOutcome(jobId: jobId, publisherId: publisher.id)
+        }
+        guard let record, record.publisherId == publisher.id else { throw APIError.notFound }
         return JSONBody.response(.ok, JobView(
             jobId: record.jobId, status: record.status.rawValue, attempts: record.attempts, reason: record.reason,
             nextAttemptAt: record.status == .retrying ? record.nextAttemptAtMilliseconds.map { ($0 + 999) / 1000 } : nil,

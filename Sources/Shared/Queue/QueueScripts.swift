@@ -29,7 +29,9 @@ enum QueueScripts {
 
     /// Mark a delivered job `processing` and count the attempt; report final or vanished jobs instead.
     ///
-    /// KEYS: job. ARGV: now (ms). Returns {'ready', attempts, payload, acceptedAt} | {'final', status} | {'missing'}.
+    /// KEYS: job. ARGV: now (ms), most starts allowed. Returns {'ready', attempts, payload, acceptedAt} |
+    /// {'poison', attempts, payload, acceptedAt} | {'final', status} | {'missing'}. A job started more often
+    /// than attempts allow never finished its earlier starts (it crashed or stalled its workers): poison.
     /// `acceptedAt` restarts when an operator requeues, so the age limit counts from the requeue.
     static let start = RedisScript(name: "start", source: """
         local status = redis.call('HGET', KEYS[1], 'status')
@@ -40,7 +42,9 @@ enum QueueScripts {
         local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
         redis.call('HSET', KEYS[1], 'status', 'processing', 'updatedAt', ARGV[1])
         redis.call('HDEL', KEYS[1], 'nextAttemptAt')
-        return {'ready', attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt')}
+        local verdict = 'ready'
+        if attempts > tonumber(ARGV[2]) then verdict = 'poison' end
+        return {verdict, attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt')}
         """)
 
     /// Record a final outcome (granted or rejected), forget the receipt, acknowledge and trim the entry.

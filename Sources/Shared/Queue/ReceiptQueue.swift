@@ -134,14 +134,18 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// Marks the job `processing` and returns its payload, or says why there is nothing to do.
-    public func start(_ delivery: QueueDelivery, now: Int) async throws -> StartOutcome {
-        let reply = try await self.redis.run(QueueScripts.start, keys: [self.keys.job(delivery.jobId)], arguments: [String(now)])
+    /// `maxStarts` bounds how often a job may start: past it the job is poison.
+    public func start(_ delivery: QueueDelivery, now: Int, maxStarts: Int) async throws -> StartOutcome {
+        let reply = try await self.redis.run(
+            QueueScripts.start, keys: [self.keys.job(delivery.jobId)], arguments: [String(now), String(maxStarts)]
+        )
         let parts = reply.array ?? []
         switch parts.first?.string {
-        case "ready":
+        case "ready", "poison":
             guard parts.count == 4, let attempt = parts[1].int, let payload = parts[2].string,
                 let job = try? self.decoder.decode(ReceiptJob.self, from: Data(payload.utf8))
             else { return .missing }
+            if parts[0].string == "poison" { return .poison(job, attempt: attempt) }
             return .ready(job, attempt: attempt, acceptedAtMilliseconds: parts[3].int ?? job.acceptedAtMilliseconds)
         case "final":
             return .final(parts.count > 1 ? parts[1].string.flatMap(JobStatus.init) ?? .failed : .failed)

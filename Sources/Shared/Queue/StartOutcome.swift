@@ -2,6 +2,9 @@
 public enum StartOutcome: Sendable, Equatable {
     /// Work to do: the job, which attempt this is, and when it was accepted (Unix ms).
     case ready(ReceiptJob, attempt: Int, acceptedAtMilliseconds: Int)
+    /// Started more often than attempts allow without ever finishing: dead-letter it instead of crashing
+    /// workers forever.
+    case poison(ReceiptJob, attempt: Int)
     /// Already final (a replay after a crash between commit and acknowledgement): just acknowledge.
     case final(JobStatus)
     /// The job's status is gone (expired) or unreadable: acknowledge and drop the entry.

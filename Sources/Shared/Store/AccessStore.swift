@@ -29,4 +29,25 @@ public struct AccessStore: Sendable {
             [publisherId, customerEmail]
         ).first?.decode(Int.self, "balance") ?? 0
     }
+
+    /// A finished job's outcome from the ledger, for when its Redis status has expired (retention).
+    public func jobOutcome(jobId: String, publisherId: UUID) async throws -> JobRecord? {
+        guard let row = try await self.database.query(
+            """
+            SELECT state, last_error, environment, customer_email, offer_id, granted_until FROM transactions
+            WHERE job_id = $1 AND publisher_id = $2 AND state IN ('fulfilled', 'invalidated')
+            ORDER BY id LIMIT 1
+            """,
+            [jobId, publisherId]
+        ).first else { return nil }
+        let fulfilled = try row.decode(String.self, "state") == "fulfilled"
+        return JobRecord(
+            jobId: jobId, publisherId: publisherId, status: fulfilled ? .granted : .rejected,
+            // The ledger keeps no attempt count; a job with a ledger row was verified at least once.
+            attempts: 1, reason: fulfilled ? nil : try row.decode(String?.self, "last_error"),
+            customerEmail: try row.decode(String.self, "customer_email"), offerId: try row.decode(String.self, "offer_id"),
+            environment: try row.decode(String?.self, "environment"),
+            expiresAt: try row.decode(Date?.self, "granted_until").map { Int($0.timeIntervalSince1970) }
+        )
+    }
 }

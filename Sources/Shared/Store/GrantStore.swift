@@ -162,7 +162,8 @@ public struct GrantStore: Sendable {
         )
     }
 
-    /// A renewal period seen in an answer becomes a fulfilled ledger row of the subscription's owner.
+    /// A renewal period seen in an answer becomes a fulfilled ledger row of the subscription's owner; it
+    /// carries no job id, because the job that brought it in may be another customer's.
     private static func recordRenewal(
         _ entry: AppleTransaction, owner: String, product: Product, evidence: Evidence, session: PostgresSession
     ) async throws {
@@ -177,7 +178,7 @@ public struct GrantStore: Sendable {
             """,
             [
                 evidence.publisherId, evidence.appId, product.id, entry.transactionId, entry.originalTransactionId, entry.productId,
-                owner, product.offerId, evidence.environment, evidence.job.jobId, ReceiptDigest.hex(of: evidence.job.receiptData),
+                owner, product.offerId, evidence.environment, String?.none, ReceiptDigest.hex(of: evidence.job.receiptData),
                 entry.purchaseDateMilliseconds.map(Self.date), entry.expiresDateMilliseconds.map(Self.date), evidence.verifiedAt,
             ]
         )

@@ -124,5 +124,9 @@ public enum Migrations {
             );
             CREATE INDEX wallet_entries_customer ON wallet_entries (publisher_id, customer_email);
             """),
+        Migration(version: 3, name: "job lookup", sql: """
+            -- A job's outcome stays readable from the ledger after its Redis status has expired.
+            CREATE INDEX transactions_job ON transactions (job_id) WHERE job_id IS NOT NULL;
+            """),
     ]
 }

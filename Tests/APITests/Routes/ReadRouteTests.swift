@@ -61,6 +61,37 @@ struct ReadRouteTests {
         }
     }
 
+    @Test("after the job's Redis status expires, its outcome is still read from the ledger, by its own publisher only")
+    func jobFromLedger() async throws {
+        try await APIHarness.withAPI { api in
+            let tenant = try await api.provisionTenant()
+            let other = try await api.provisionTenant()
+            let publisherId = try #require(UUID(uuidString: tenant.publisherId))
+            let app = try #require(try await api.services.catalog.apps(publisherId: publisherId).first)
+            let product = try #require(try await api.services.catalog.products(publisherId: publisherId, offerId: Tenant.Offer.coins).first)
+            let transactionId = ScenarioReceipt.transactionId()
+            let jobId = UUID().uuidString.lowercased()
+            let job = ReceiptJob(
+                jobId: jobId, publisherId: publisherId, customerEmail: "ledger@example.com", offerId: Tenant.Offer.coins,
+                transactionId: transactionId, receiptData: Payment.receipt(productId: product.productId, transactionId: transactionId),
+                appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+            )
+            let transaction = AppleTransaction(productId: product.productId, transactionId: transactionId)
+            _ = try await GrantStore(database: api.services.database).grant(GrantRequest(
+                job: job, app: app, product: product, transaction: transaction, renewals: [], gracePeriodEndMilliseconds: nil,
+                environment: "Production", verifiedAt: Date()
+            ))
+            // No Redis status was ever written for this job: only the ledger knows it.
+            let response = try await api.get(tenant, "/v1/receipts/\(jobId)")
+            #expect(response.status == .ok)
+            let body = try response.json()
+            #expect(body["status"] as? String == "granted")
+            #expect(body["customerEmail"] as? String == "ledger@example.com")
+            #expect(body["environment"] as? String == "Production")
+            expectError(try await api.get(other, "/v1/receipts/\(jobId)"), .notFound, code: "not_found")
+        }
+    }
+
     @Test("unknown, over-long or unauthenticated job reads are refused")
     func jobRefusals() async throws {
         try await APIHarness.withAPI { api in
