@@ -28,16 +28,17 @@ struct Consumer: Service {
             await withDiscardingTaskGroup { group in
                 var lastClaim = ContinuousClock.now
                 var claimCursor = "0-0"
-                var ownPendingDone = false
+                // Entries this consumer name held before a restart are replayed once, page by page.
+                var ownPendingCursor: String? = "0"
                 var failures = 0
                 while !stopping.load(ordering: .relaxed) {
                     await slots.acquire()
                     let free = 1 + slots.tryAcquire(upTo: self.batch - 1)
                     let deliveries: [QueueDelivery]
                     do {
-                        if !ownPendingDone {
-                            deliveries = try await self.queue.readOwnPending(consumer: self.name, count: free)
-                            ownPendingDone = deliveries.isEmpty
+                        if let cursor = ownPendingCursor {
+                            deliveries = try await self.queue.readOwnPending(consumer: self.name, after: cursor, count: free)
+                            ownPendingCursor = deliveries.last?.entryId
                             if !deliveries.isEmpty { self.logger.info("replaying entries this worker held", metadata: ["count": "\(deliveries.count)"]) }
                         } else if ContinuousClock.now - lastClaim > self.claimInterval {
                             let claimed = try await self.queue.autoclaim(

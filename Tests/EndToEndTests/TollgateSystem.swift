@@ -14,6 +14,7 @@ final class TollgateSystem: @unchecked Sendable {
     let emulatorPort: Int
     let api: ManagedProcess
     var workers: [ManagedProcess] = []
+    var workerPorts: [String: Int] = [:]
     let apiBase: String
     let emulatorBase: String
     let databaseURL: String
@@ -24,8 +25,14 @@ final class TollgateSystem: @unchecked Sendable {
     let workerEnvironment: [String: String]
 
     /// Starts the emulator and the API; workers start with ``startWorker(name:)``.
-    init(extraEnvironment: [String: String] = [:]) async throws {
-        self.databaseURL = try await TestEnvironment.freshDatabase()
+    /// `redisURL`/`databaseURL` point the system at servers of the test's own (for outages); by default it
+    /// uses the shared test Redis and a fresh database on the shared PostgreSQL.
+    init(extraEnvironment: [String: String] = [:], redisURL: String? = nil, databaseURL: String? = nil) async throws {
+        if let databaseURL {
+            self.databaseURL = databaseURL
+        } else {
+            self.databaseURL = try await TestEnvironment.freshDatabase()
+        }
         self.prefix = TestEnvironment.uniquePrefix()
         self.database = PostgresClient(url: self.databaseURL, connections: 2)
         self.emulator = try ManagedProcess(
@@ -35,7 +42,7 @@ final class TollgateSystem: @unchecked Sendable {
         self.emulatorBase = "http://127.0.0.1:\(self.emulatorPort)"
         var environment = [
             "TOLLGATE_DATABASE_URL": self.databaseURL,
-            "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(),
+            "TOLLGATE_REDIS_URL": try redisURL ?? TestEnvironment.redisURL(),
             "TOLLGATE_QUEUE_PREFIX": self.prefix,
             "TOLLGATE_ADMIN_TOKEN": self.adminToken,
             "TOLLGATE_HTTP_PORT": "0",
@@ -56,7 +63,7 @@ final class TollgateSystem: @unchecked Sendable {
         var environment = self.workerEnvironment
         environment["TOLLGATE_WORKER_NAME"] = name
         let worker = try ManagedProcess(executable: "tollgate-worker", environment: environment, portFileVariable: "TOLLGATE_METRICS_PORT_FILE")
-        _ = try await worker.port()
+        self.workerPorts[name] = try await worker.port()
         self.workers.append(worker)
         return worker
     }

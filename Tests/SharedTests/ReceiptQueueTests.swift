@@ -405,6 +405,57 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("readOwnPending pages through held entries by cursor, handing out each once")
+    func readOwnPendingPages() async throws {
+        try await Self.withQueue { harness in
+            let jobs = (0..<5).map { _ in Fixtures.job(transactionId: Fixtures.transactionId()) }
+            for job in jobs { _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) }
+            let held = try await harness.read("worker-a", count: 10)
+            #expect(held.count == 5)
+            var seen: [QueueDelivery] = []
+            var cursor = "0"
+            while true {
+                let page = try await harness.queue.readOwnPending(consumer: "worker-a", after: cursor, count: 2)
+                guard let last = page.last else { break }
+                seen += page
+                cursor = last.entryId
+            }
+            #expect(seen == held)
+        }
+    }
+
+    @Test("a late copy of a finished job never overwrites its final status; a grant replaces a dead letter")
+    func finalStatusIsKept() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            let now = WallClock.nowMilliseconds()
+            try await harness.queue.finish(
+                delivery, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: nil, now: now, retentionSeconds: Self.retention
+            )
+            // A second worker that processed the same job concurrently now reports a retry, a failure, a rejection.
+            try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: now + 1000, reason: .appleUnavailable, now: now)
+            try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "late", now: now, retentionSeconds: Self.retention)
+            try await harness.queue.finish(
+                delivery, job: job, status: .rejected, reason: .invalidReceipt, environment: nil, expiresAt: nil, now: now, retentionSeconds: Self.retention
+            )
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .granted)
+            #expect(record.reason == nil)
+            #expect(try await harness.redis.send("ZCARD", harness.keys.retry).int == 0)
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+
+            let other = Fixtures.job(transactionId: Fixtures.transactionId())
+            let otherDelivery = try await harness.enqueueAndStart(other)
+            try await harness.queue.deadLetter(otherDelivery, job: other, reason: .internal, detail: "x", now: now, retentionSeconds: Self.retention)
+            try await harness.queue.finish(
+                otherDelivery, job: other, status: .granted, reason: nil, environment: "Production", expiresAt: nil, now: now,
+                retentionSeconds: Self.retention
+            )
+            #expect(try await harness.queue.record(jobId: other.jobId)?.status == .granted)
+        }
+    }
+
     @Test("readOwnPending returns exactly what a consumer holds")
     func readOwnPending() async throws {
         try await Self.withQueue { harness in

@@ -10,15 +10,16 @@ public final class ManagedProcess: @unchecked Sendable {
     public let logPath: String
     private let portFile: String
 
-    /// Starts `executable` (a name in `TOLLGATE_TEST_BIN_DIR`) with `arguments` and extra environment.
+    /// Starts `executable` (a name in `TOLLGATE_TEST_BIN_DIR`, or an absolute path) with `arguments` and extra environment.
     /// `portFileVariable` names the variable through which it writes its bound port (if any).
     public init(executable: String, arguments: [String] = [], environment: [String: String], portFileVariable: String?) throws {
         let directory = try TestEnvironment.stateDirectory()
-        let tag = "\(executable)-\(UUID().uuidString.prefix(8))"
+        let tag = "\(URL(fileURLWithPath: executable).lastPathComponent)-\(UUID().uuidString.prefix(8))"
         self.logPath = "\(directory)/\(tag).log"
         self.portFile = "\(directory)/\(tag).port"
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "\(try TestEnvironment.binDirectory())/\(executable)")
+        let path = executable.hasPrefix("/") ? executable : "\(try TestEnvironment.binDirectory())/\(executable)"
+        process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         var merged = ProcessInfo.processInfo.environment
         for (key, value) in environment { merged[key] = value }

@@ -12,38 +12,82 @@ final class WorkerHarness: @unchecked Sendable {
     let emulator: ManagedProcess
     let redis: RedisClient
     let database: PostgresClient
-    let http = HTTPClient(eventLoopGroupProvider: .singleton)
+    let http: HTTPClient
     let queue: ReceiptQueue
     let catalog: CatalogStore
     let processor: JobProcessor
     let publisher: Publisher
+    /// The emulator's base URL (`http://127.0.0.1:PORT`).
+    let emulatorBase: String
+    /// The policy the processor retries with.
+    let retry: RetryPolicy
+    /// One call to Apple, in milliseconds.
+    let appleTimeoutMilliseconds: Int
 
-    init(retry: RetryPolicy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 50, maxAttempts: 5, maxAgeSeconds: 3600)) async throws {
-        self.emulator = try ManagedProcess(
-            executable: "appstore-emulator", arguments: ["--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
-        )
-        let base = "http://127.0.0.1:\(try await self.emulator.port())"
-        self.redis = try TestEnvironment.redis()
-        self.database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 4)
-        self.queue = ReceiptQueue(redis: self.redis, prefix: TestEnvironment.uniquePrefix())
-        try await self.queue.prepare()
-        self.catalog = CatalogStore(database: self.database)
-        let fulfiller = Fulfiller(
-            catalog: self.catalog, grants: GrantStore(database: self.database),
-            apple: VerifyReceiptClient(
-                http: self.http, productionURL: "\(base)/verifyReceipt", sandboxURL: "\(base)/sandbox/verifyReceipt", timeoutMilliseconds: 5000
+    /// `appleBase` points the worker somewhere else than the emulator (a proxy, a closed port); the
+    /// emulator still runs, so tests can use both. Whatever it started is stopped again when it throws.
+    init(
+        retry: RetryPolicy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 50, maxAttempts: 5, maxAgeSeconds: 3600),
+        appleTimeoutMilliseconds: Int = 5000, appleBase: String? = nil
+    ) async throws {
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        var emulator: ManagedProcess?
+        var redis: RedisClient?
+        var database: PostgresClient?
+        do {
+            let process = try ManagedProcess(
+                executable: "appstore-emulator", arguments: ["--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
             )
-        )
-        self.processor = JobProcessor(queue: self.queue, fulfiller: fulfiller, retry: retry, retentionSeconds: 86_400, logger: Logger(label: "test.worker"))
-        self.publisher = try await self.catalog.createPublisher(name: "Worker tests").0
+            emulator = process
+            let emulatorBase = "http://127.0.0.1:\(try await process.port())"
+            let base = appleBase ?? emulatorBase
+            let redisClient = try TestEnvironment.redis()
+            redis = redisClient
+            let databaseClient = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 4)
+            database = databaseClient
+            let queue = ReceiptQueue(redis: redisClient, prefix: TestEnvironment.uniquePrefix())
+            try await queue.prepare()
+            let catalog = CatalogStore(database: databaseClient)
+            let fulfiller = Fulfiller(
+                catalog: catalog, grants: GrantStore(database: databaseClient),
+                apple: VerifyReceiptClient(
+                    http: http, productionURL: "\(base)/verifyReceipt", sandboxURL: "\(base)/sandbox/verifyReceipt",
+                    timeoutMilliseconds: appleTimeoutMilliseconds
+                )
+            )
+            self.publisher = try await catalog.createPublisher(name: "Worker tests").0
+            self.processor = JobProcessor(queue: queue, fulfiller: fulfiller, retry: retry, retentionSeconds: 86_400, logger: Logger(label: "test.worker"))
+            self.emulator = process
+            self.emulatorBase = emulatorBase
+            self.http = http
+            self.redis = redisClient
+            self.database = databaseClient
+            self.queue = queue
+            self.catalog = catalog
+            self.retry = retry
+            self.appleTimeoutMilliseconds = appleTimeoutMilliseconds
+        } catch {
+            await emulator?.stop()
+            try? await http.shutdown()
+            await redis?.shutdown()
+            await database?.shutdown()
+            throw error
+        }
     }
+
+    /// Harnesses alive at once: each holds an emulator process and PostgreSQL connections (the test
+    /// server allows 100), and tests run in parallel.
+    private static let slots = AsyncSemaphore(slots: 8)
 
     /// Runs `body` with a fresh harness and always shuts it down, on failure too.
     static func with(
         retry: RetryPolicy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 50, maxAttempts: 5, maxAgeSeconds: 3600),
+        appleTimeoutMilliseconds: Int = 5000, appleBase: String? = nil,
         _ body: (WorkerHarness) async throws -> Void
     ) async throws {
-        let harness = try await WorkerHarness(retry: retry)
+        await Self.slots.acquire()
+        defer { Self.slots.release() }
+        let harness = try await WorkerHarness(retry: retry, appleTimeoutMilliseconds: appleTimeoutMilliseconds, appleBase: appleBase)
         do {
             try await body(harness)
         } catch {

@@ -11,7 +11,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch let error as APIError {
             return error.response
-        } catch let error as RedisError where error.isConnectionFailure {
+        } catch let error as RedisError where error.isUnavailable {
             context.logger.warning("Redis unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the queue").response
         } catch let error as PostgresError where error.isConnectionFailure {

@@ -48,11 +48,15 @@ enum QueueScripts {
         """)
 
     /// Record a final outcome (granted or rejected), forget the receipt, acknowledge and trim the entry.
+    /// A final status is never overwritten by a late copy of the same job, except that a grant (the
+    /// truth in PostgreSQL) replaces a dead letter.
     ///
     /// KEYS: job, stream, pending. ARGV: entry id, group, status, reason, environment, expiresAt, now,
     /// retention (s), jobId. Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
-        if redis.call('EXISTS', KEYS[1]) == 1 then
+        local current = redis.call('HGET', KEYS[1], 'status')
+        local settled = current == 'granted' or current == 'rejected' or (current == 'failed' and ARGV[3] ~= 'granted')
+        if current and not settled then
           redis.call('HSET', KEYS[1], 'status', ARGV[3], 'updatedAt', ARGV[7])
           if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[4]) else redis.call('HDEL', KEYS[1], 'reason') end
           if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'environment', ARGV[5]) end
@@ -66,11 +70,13 @@ enum QueueScripts {
         return 1
         """)
 
-    /// Park a job in the delayed-retry set and acknowledge its entry, in one step.
+    /// Park a job in the delayed-retry set and acknowledge its entry, in one step; a job already final
+    /// (a late copy of it) is only acknowledged.
     ///
     /// KEYS: job, stream, retry. ARGV: entry id, group, jobId, due (ms), reason, now.
     static let retry = RedisScript(name: "retry", source: """
-        if redis.call('EXISTS', KEYS[1]) == 1 then
+        local current = redis.call('HGET', KEYS[1], 'status')
+        if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
           redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', ARGV[4], 'updatedAt', ARGV[6])
           redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
         end
@@ -93,11 +99,13 @@ enum QueueScripts {
         return #due
         """)
 
-    /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged.
+    /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged; a job
+    /// already final is only acknowledged.
     ///
     /// KEYS: job, stream, dead, pending. ARGV: entry id, group, jobId, reason, detail, now, retention (s).
     static let deadLetter = RedisScript(name: "dead-letter", source: """
-        if redis.call('EXISTS', KEYS[1]) == 1 then
+        local current = redis.call('HGET', KEYS[1], 'status')
+        if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
           local entry = redis.call('XADD', KEYS[3], '*', 'job', ARGV[3], 'reason', ARGV[4], 'detail', ARGV[5], 'at', ARGV[6])
           redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
           redis.call('HDEL', KEYS[1], 'nextAttemptAt')

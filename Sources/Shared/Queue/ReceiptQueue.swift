@@ -109,10 +109,12 @@ public struct ReceiptQueue: Sendable {
         return Self.deliveries(stream[1])
     }
 
-    /// Entries this consumer already holds (after a restart under the same name).
-    public func readOwnPending(consumer: String, count: Int) async throws -> [QueueDelivery] {
+    /// Entries this consumer already holds (after a restart under the same name), in id order after
+    /// `after`: page through them by passing the last id seen. Entries stay pending while they are being
+    /// processed, so reading from "0" again would hand out the same entries twice.
+    public func readOwnPending(consumer: String, after: String = "0", count: Int) async throws -> [QueueDelivery] {
         let reply = try await self.redis.send([
-            "XREADGROUP", "GROUP", self.keys.group, consumer, "COUNT", String(count), "STREAMS", self.keys.stream, "0",
+            "XREADGROUP", "GROUP", self.keys.group, consumer, "COUNT", String(count), "STREAMS", self.keys.stream, after,
         ])
         guard let streams = reply.array, let stream = streams.first?.array, stream.count == 2 else { return [] }
         return Self.deliveries(stream[1])

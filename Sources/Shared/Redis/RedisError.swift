@@ -40,5 +40,13 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     /// Whether the failure is one of reaching Redis rather than of the command itself.
     public var isConnectionFailure: Bool { self.code == .connection || self.code == .closed }
 
+    /// Whether Redis cannot serve right now and the same command may succeed shortly: unreachable, or
+    /// reachable but still loading its data, without a primary, or mid-failover.
+    public var isUnavailable: Bool {
+        if self.isConnectionFailure { return true }
+        guard self.code == .server else { return false }
+        return ["LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY"].contains { self.message.hasPrefix($0) }
+    }
+
     public var description: String { "Redis \(self.code): \(self.message)" }
 }

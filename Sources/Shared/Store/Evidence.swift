@@ -33,7 +33,10 @@ public struct Evidence: Sendable {
         for transaction in answer.allTransactions where byId[transaction.transactionId]?.isCancelled != true {
             byId[transaction.transactionId] = transaction
         }
-        self.transactions = Array(byId.values)
+        // A stable order (by purchase, then id), so nothing downstream depends on a dictionary's order.
+        self.transactions = byId.values.sorted {
+            ($0.purchaseDateMilliseconds ?? 0, $0.transactionId) < ($1.purchaseDateMilliseconds ?? 0, $1.transactionId)
+        }
         var grace: [String: Int64] = [:]
         for info in answer.pendingRenewalInfo {
             guard let original = info.originalTransactionId, let end = info.gracePeriodExpiresDateMilliseconds else { continue }

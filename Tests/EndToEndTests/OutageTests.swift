@@ -1,0 +1,117 @@
+import Foundation
+import Shared
+import Testing
+import TestSupport
+
+/// Redis and PostgreSQL going away under a running system: nothing accepted is lost, nothing is said
+/// OK that was not stored, readiness tells, and everything recovers by itself.
+@Suite("Outages", .serialized)
+struct OutageTests {
+    static var coins: [String: Any] { ["productId": "com.example.e2e.coins", "offerId": "S200_US", "kind": "consumable", "title": "Coins", "coins": 100] }
+
+    static func submit(_ system: TollgateSystem, _ publisher: TollgateSystem.Publisher, _ index: Int, latencyMs: Int = 0) async throws -> TollgateSystem.Reply {
+        let transaction = ScenarioReceipt.transactionId()
+        let receipt = ScenarioReceipt.make(
+            bundleId: publisher.bundleId, purchases: [.init(productId: "com.example.e2e.coins", transactionId: transaction)],
+            extra: latencyMs > 0 ? ["latencyMs": latencyMs] : [:]
+        )
+        return try await system.submit(publisher, email: "u\(index)@example.com", offerId: "S200_US", transactionId: transaction, receipt: receipt)
+    }
+
+    static func ready(_ system: TollgateSystem, port: Int) async throws -> Int {
+        (try? await system.request(.GET, "/health/ready", base: "http://127.0.0.1:\(port)").status) ?? 0
+    }
+
+    @Test("Redis down: the API answers 503 with Retry-After (never OK), readiness says 503 on API and worker; back up, all recover and every accepted job is granted")
+    func redisOutage() async throws {
+        let redis = try await DedicatedRedis()
+        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"], redisURL: redis.url)
+        do {
+            try await system.startWorker(name: "e2e-redis-outage")
+            let workerPort = try #require(system.workerPorts["e2e-redis-outage"])
+            let apiPort = try #require(URLComponents(string: system.apiBase)?.port)
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            var jobs: [String] = []
+            for index in 0..<40 {
+                let reply = try await Self.submit(system, publisher, index, latencyMs: 200)
+                jobs.append(try #require(reply.json["jobId"] as? String))
+            }
+
+            await redis.stop()
+            _ = try await Poll.until(timeout: .seconds(30), "API and worker not ready") {
+                let api = try await Self.ready(system, port: apiPort)
+                let worker = try await Self.ready(system, port: workerPort)
+                return api == 503 && worker == 503 ? true : nil
+            }
+            let refused = try await Self.submit(system, publisher, 1000)
+            #expect(refused.status == 503)
+            #expect(refused.headers["retry-after"] != nil)
+            #expect(refused.json["code"] as? String == "dependency_unavailable")
+
+            try await redis.start()
+            _ = try await Poll.until(timeout: .seconds(30), "API and worker ready again") {
+                let api = try await Self.ready(system, port: apiPort)
+                let worker = try await Self.ready(system, port: workerPort)
+                return api == 200 && worker == 200 ? true : nil
+            }
+            let accepted = try await Self.submit(system, publisher, 1001)
+            #expect(accepted.status == 200)
+            jobs.append(try #require(accepted.json["jobId"] as? String))
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count)
+        } catch {
+            await system.shutdown()
+            await redis.stop()
+            throw error
+        }
+        await system.shutdown()
+        await redis.stop()
+    }
+
+    @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503; back up, every job is granted once")
+    func postgresOutage() async throws {
+        let postgres = try await DedicatedPostgres()
+        let system = try await TollgateSystem(
+            extraEnvironment: ["TOLLGATE_RETRY_BASE_MS": "200", "TOLLGATE_RETRY_MAX_DELAY_MS": "2000", "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"],
+            databaseURL: postgres.url
+        )
+        do {
+            let worker = try await system.startWorker(name: "e2e-pg-outage")
+            let workerPort = try #require(system.workerPorts["e2e-pg-outage"])
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            var jobs: [String] = []
+            for index in 0..<30 {
+                // Apple takes 1 s, so these are still being verified when PostgreSQL goes away.
+                let reply = try await Self.submit(system, publisher, index, latencyMs: 1000)
+                jobs.append(try #require(reply.json["jobId"] as? String))
+            }
+            try postgres.stop()
+            let outageStarted = ContinuousClock.now
+            _ = try await Poll.until(timeout: .seconds(30), "worker not ready") {
+                try await Self.ready(system, port: workerPort) == 503 ? true : nil
+            }
+            // Ten seconds down: jobs park in retrying (or stay pending); none may end final without a grant.
+            _ = try await Poll.until(timeout: .seconds(30), "ten seconds of outage") {
+                ContinuousClock.now - outageStarted >= .seconds(10) ? true : nil
+            }
+            for job in jobs {
+                let status = try await system.job(publisher, job)["status"] as? String
+                #expect(status != "granted" && status != "rejected" && status != "failed", "job \(job) is \(status ?? "gone") while PostgreSQL is down")
+            }
+            let retryLines = worker.log().components(separatedBy: "\n").filter { $0.contains("\"msg\":\"retrying\"") }.count
+            #expect(retryLines < 300, "\(retryLines) retries in 10 s is a hot loop")
+
+            try await postgres.start()
+            _ = try await Poll.until(timeout: .seconds(30), "worker ready again") {
+                try await Self.ready(system, port: workerPort) == 200 ? true : nil
+            }
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count)
+            #expect(try await system.count("SELECT count(*) FROM transactions") == jobs.count)
+        } catch {
+            await system.shutdown()
+            throw error
+        }
+        await system.shutdown()
+    }
+}

@@ -1,0 +1,26 @@
+import Testing
+@testable import Shared
+
+@Suite("RedisError")
+struct RedisErrorTests {
+    @Test("Redis that cannot serve yet counts as unavailable (503), a refused command does not", arguments: [
+        ("LOADING Redis is loading the dataset in memory", true),
+        ("MASTERDOWN Link with MASTER is down", true),
+        ("TRYAGAIN Multiple keys request during rehashing of slot", true),
+        ("CLUSTERDOWN The cluster is down", true),
+        ("READONLY You can't write against a read only replica.", true),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", false),
+        ("ERR unknown command", false),
+        ("NOSCRIPT No matching script", false),
+    ])
+    func unavailable(message: String, expected: Bool) {
+        #expect(RedisError(.server, message).isUnavailable == expected)
+    }
+
+    @Test("connection failures and a closed client are unavailable")
+    func connection() {
+        #expect(RedisError(.connection, "Connection refused").isUnavailable)
+        #expect(RedisError(.closed, "shut down").isUnavailable)
+        #expect(!RedisError(.protocolViolation, "odd reply").isUnavailable)
+    }
+}

@@ -1,0 +1,79 @@
+import Foundation
+
+/// A Redis server of a test's own (the shared one must stay up for every other test), with AOF on, that
+/// the test can stop and start again on the same port and data: a real outage.
+public final class DedicatedRedis: @unchecked Sendable {
+    // @unchecked Sendable: `server` is only replaced by the one test that owns this object, sequentially.
+    public let port: Int
+    private let directory: String
+    private var server: ManagedProcess?
+
+    /// Starts a server on a free port in a folder under the test state directory.
+    public init() async throws {
+        self.directory = "\(try TestEnvironment.stateDirectory())/redis-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
+        self.port = try Self.freePort()
+        try await self.start()
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    public var url: String { "redis://127.0.0.1:\(self.port)/0" }
+
+    /// Starts (or restarts) the server on the same port and data.
+    public func start() async throws {
+        let server = try ManagedProcess(
+            executable: "/usr/bin/redis-server",
+            arguments: [
+                "--bind", "127.0.0.1", "--port", String(self.port), "--dir", self.directory, "--appendonly", "yes",
+                "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction",
+            ],
+            environment: [:], portFileVariable: nil
+        )
+        self.server = server
+        _ = try await Poll.until(timeout: .seconds(20), "redis-server on \(self.port)") {
+            guard server.isRunning else { throw ManagedProcess.Failure("redis-server exited: \(server.logTail())") }
+            return Self.accepts(port: self.port) ? true : nil
+        }
+    }
+
+    /// Stops the server (SIGTERM: Redis flushes its AOF and exits).
+    public func stop() async {
+        await self.server?.stop()
+        self.server = nil
+    }
+
+    deinit {
+        self.server?.signal(SIGKILL)
+    }
+
+    /// Asks the kernel for a free loopback port.
+    public static func freePort() throws -> Int {
+        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw ManagedProcess.Failure("socket() failed") }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0 }
+        }
+        guard bound else { throw ManagedProcess.Failure("bind() failed") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Whether something accepts TCP connections on the loopback port.
+    public static func accepts(port: Int) -> Bool {
+        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { return false }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        return withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+}

@@ -1,0 +1,240 @@
+import Foundation
+import Shared
+import Testing
+import TestSupport
+@testable import Worker
+
+/// Issue #3, table 1: every row of Apple's status classification, through the real worker (queue,
+/// fulfiller, processor) against the emulator, asserting the final job record and that nothing was granted.
+@Suite("Apple rules: status classification")
+struct AppleRulesTests {
+    static let bundle = "com.example.rules"
+    /// The policy's attempt limit in this suite: above the table's own limits (3 for 21002, 5 for unknown
+    /// statuses), so those numbers can only come from the table.
+    static let maxAttempts = 7
+
+    /// One row of the table, driven by the scenario's forced `status`.
+    struct StatusRow: Sendable, CustomTestStringConvertible {
+        var status: Int
+        var isRetryable: Bool? = nil
+        var retryableKey: String? = nil
+        var expected: JobStatus
+        var reason: String
+        var attempts: Int
+
+        var testDescription: String {
+            var text = "\(self.status)"
+            if let isRetryable { text += " \(self.retryableKey ?? "is-retryable")=\(isRetryable)" }
+            return "\(text) → \(self.expected.rawValue) \(self.reason) after \(self.attempts)"
+        }
+    }
+
+    static let rows: [StatusRow] = [
+        StatusRow(status: 21000, expected: .rejected, reason: "invalid_receipt", attempts: 1),
+        StatusRow(status: 21003, expected: .rejected, reason: "invalid_receipt", attempts: 1),
+        StatusRow(status: 21010, expected: .rejected, reason: "invalid_receipt", attempts: 1),
+        StatusRow(status: 21002, expected: .rejected, reason: "invalid_receipt", attempts: 3),
+        StatusRow(status: 21004, expected: .failed, reason: "shared_secret_mismatch", attempts: 1),
+        StatusRow(status: 21005, expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
+        StatusRow(status: 21009, expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
+        StatusRow(status: 21100, isRetryable: true, retryableKey: "is-retryable", expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
+        StatusRow(status: 21150, isRetryable: true, retryableKey: "is_retryable", expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
+        StatusRow(status: 21199, isRetryable: true, retryableKey: "is-retryable", expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
+        StatusRow(status: 21199, isRetryable: true, retryableKey: "is_retryable", expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
+        StatusRow(status: 21199, isRetryable: false, retryableKey: "is-retryable", expected: .failed, reason: "apple_unavailable", attempts: 1),
+        StatusRow(status: 21199, isRetryable: false, retryableKey: "is_retryable", expected: .failed, reason: "apple_unavailable", attempts: 1),
+        StatusRow(status: 21999, expected: .failed, reason: "apple_unavailable", attempts: 5),
+        StatusRow(status: 21001, expected: .failed, reason: "apple_unavailable", attempts: 5),
+    ]
+
+    @Test("a forced Apple status ends the job as the table says, after exactly the table's attempts, granting nothing", arguments: rows)
+    func statusRow(_ row: StatusRow) async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: Self.maxAttempts)) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            var extra: [String: Any] = ["status": row.status]
+            if let isRetryable = row.isRetryable { extra["isRetryable"] = isRetryable }
+            if let key = row.retryableKey { extra["retryableKey"] = key }
+            // The scenario lists the purchase: a worker that ignored the status would grant it.
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: extra)
+            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+
+            if row.attempts > 1 {
+                try await harness.work()
+                let first = try await harness.record(job)
+                #expect(first.status == .retrying, "a retried status parks the job after the first attempt")
+                #expect(first.attempts == 1)
+                #expect(first.nextAttemptAtMilliseconds != nil)
+            }
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == row.expected)
+            #expect(record.reason == row.reason)
+            #expect(record.attempts == row.attempts)
+            let deadLetters = try await harness.queue.deadLetters(limit: 10)
+            if row.expected == .failed {
+                #expect(deadLetters.map(\.jobId) == [job], "a failed job is dead-lettered")
+                #expect(deadLetters.first?.reason == row.reason)
+            } else {
+                #expect(deadLetters.isEmpty, "a rejected job is not dead-lettered")
+            }
+            // One verifyReceipt call per attempt, all at the production URL.
+            let stats = try await harness.emulatorStats()
+            #expect(stats.production == row.attempts)
+            #expect(stats.sandbox == 0)
+            try await harness.expectNothingGranted()
+            #expect(try await harness.access("PREMIUM").granted == false)
+        }
+    }
+
+    @Test("21006: a valid receipt with an expired subscription is rejected expired, reporting the subscription's greatest expiry")
+    func expiredSubscription() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+            let now = Millis.now
+            let original = ScenarioReceipt.transactionId()
+            // Six periods, every one over, out of order with the newest in the middle.
+            let greatest = now - 2 * Millis.day + 123
+            let periods = Subscription.periods("monthly", original: original, count: 6, lastEnd: greatest)
+            #expect(periods.last?.expiresDateMs != greatest && periods.first?.expiresDateMs != greatest)
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: periods, extra: ["status": 21006])
+            let job = try await harness.submit(offerId: "MONTHLY", transactionId: original, receipt: receipt)
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == .rejected)
+            #expect(record.reason == "expired")
+            #expect(record.attempts == 1)
+            #expect(record.expiresAt == Int(greatest / 1000))
+            try await harness.expectNothingGranted()
+            #expect(try await harness.access("MONTHLY").granted == false)
+        }
+    }
+
+    @Test("21007: a sandbox receipt is asked again at the sandbox URL and granted from the sandbox")
+    func sandboxGranted() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle, allowSandbox: true)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox"
+            )
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            #expect(record.status == .granted)
+            #expect(record.reason == nil)
+            #expect(record.attempts == 1)
+            #expect(record.environment == "Sandbox")
+            #expect(try await harness.emulatorStats() == .init(production: 1, sandbox: 1, failuresInjected: 0))
+            let row = try #require(try await harness.ledgerRow(transaction))
+            #expect(row.state == "fulfilled")
+            #expect(row.environment == "Sandbox")
+            #expect(try await harness.access("PREMIUM") == (true, nil))
+        }
+    }
+
+    @Test("21007 for an app that does not allow sandbox: rejected sandbox_not_allowed, nothing granted")
+    func sandboxNotAllowed() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle, allowSandbox: false)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox"
+            )
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            #expect(record.status == .rejected)
+            #expect(record.reason == "sandbox_not_allowed")
+            #expect(record.attempts == 1)
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            try await harness.expectNothingGranted()
+            #expect(try await harness.access("PREMIUM").granted == false)
+        }
+    }
+
+    @Test("21008: the worker asks the production URL again, never the sandbox, and grants nothing on that answer")
+    func productionRedirect() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 2)) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            // The emulator can only answer 21008 at the production route by a forced status, so every
+            // production call answers 21008: the worker must follow it to production each time.
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: ["status": 21008]
+            )
+            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            try await harness.work()
+            let afterFirst = try await harness.emulatorStats()
+            #expect(afterFirst.production >= 2, "a 21008 answer is followed by another call to the production URL")
+            #expect(afterFirst.sandbox == 0)
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status != .granted)
+            #expect(try await harness.emulatorStats().sandbox == 0)
+            try await harness.expectNothingGranted()
+        }
+    }
+
+    /// A transport failure (fail mode) on the first call.
+    enum Transport: String, CaseIterable, Sendable {
+        case http429, http500, http503, html, empty, truncated, timeout
+    }
+
+    @Test("HTTP 429/5xx, a body that is not Apple's JSON, or a timeout on the first call: retrying, then granted", arguments: Transport.allCases)
+    func transportFailure(_ mode: Transport) async throws {
+        // A short Apple timeout, so the emulator's held request (`timeout` mode) fails the call quickly.
+        let timeout = mode == .timeout ? 300 : 5000
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(), appleTimeoutMilliseconds: timeout) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)],
+                extra: ["fail": ["count": 1, "mode": mode.rawValue]]
+            )
+            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            try await harness.work()
+            let first = try await harness.record(job)
+            #expect(first.status == .retrying)
+            #expect(first.attempts == 1)
+            #expect(first.reason == "apple_unavailable")
+            #expect(first.nextAttemptAtMilliseconds != nil)
+            #expect(try await harness.count("transactions") == 0, "nothing is recorded from a failed call")
+
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == .granted)
+            #expect(record.reason == nil)
+            if mode == .timeout {
+                // Under load a second call could also exceed the short timeout; it must still end granted.
+                #expect(record.attempts >= 2)
+            } else {
+                #expect(record.attempts == 2)
+            }
+            #expect(try await harness.emulatorStats().failuresInjected == 1)
+            #expect(try await harness.ledgerRow(transaction)?.state == "fulfilled")
+            #expect(try await harness.access("PREMIUM") == (true, nil))
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+        }
+    }
+
+    @Test("a connection error (nothing listening) is retried until the policy's limit, then failed apple_unavailable")
+    func connectionRefused() async throws {
+        // Port 1 on loopback: nothing listens there, so every call is refused.
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
+            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            try await harness.work()
+            let first = try await harness.record(job)
+            #expect(first.status == .retrying)
+            #expect(first.reason == "apple_unavailable")
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == .failed)
+            #expect(record.reason == "apple_unavailable")
+            #expect(record.attempts == 4)
+            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == [job])
+            try await harness.expectNothingGranted()
+        }
+    }
+}
