@@ -453,6 +453,7 @@ struct ReceiptQueueTests {
                 retentionSeconds: Self.retention
             )
             #expect(try await harness.queue.record(jobId: other.jobId)?.status == .granted)
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty, "the grant took the job out of the dead letters")
         }
     }
 

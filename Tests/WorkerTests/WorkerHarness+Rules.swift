@@ -77,6 +77,18 @@ extension WorkerHarness {
         return try JSONDecoder().decode(EmulatorStats.self, from: Data(body.readableBytesView))
     }
 
+    /// What the worker's requests carried, from `GET /emulator/stats`.
+    struct RequestCounts: Decodable, Equatable {
+        var withPassword: Int
+        var excludeOldTransactions: Int
+    }
+
+    func emulatorRequestCounts() async throws -> RequestCounts {
+        let response = try await self.http.execute(HTTPClientRequest(url: "\(self.emulatorBase)/emulator/stats"), timeout: .seconds(10))
+        let body = try await response.body.collect(upTo: 1 << 20)
+        return try JSONDecoder().decode(RequestCounts.self, from: Data(body.readableBytesView))
+    }
+
     // MARK: What the worker committed
 
     /// One ledger row (`transactions`).

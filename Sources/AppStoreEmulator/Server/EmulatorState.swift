@@ -40,6 +40,12 @@ actor EmulatorState {
         return true
     }
 
+    /// Counts what a well-formed request asked for, so tests can see what a client sends.
+    func recordRequest(withPassword: Bool, excludeOldTransactions: Bool) {
+        if withPassword { stats.withPassword += 1 }
+        if excludeOldTransactions { stats.excludeOldTransactions += 1 }
+    }
+
     /// The current fault settings.
     func currentSettings() -> FaultSettings {
         settings

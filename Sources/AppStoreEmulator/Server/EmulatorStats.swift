@@ -6,4 +6,8 @@ struct EmulatorStats: Codable, Equatable, Sendable {
     var sandbox = 0
     /// Calls answered with an injected failure, global or per scenario.
     var failuresInjected = 0
+    /// Well-formed requests that carried a `password` (a shared secret).
+    var withPassword = 0
+    /// Well-formed requests that asked for `exclude-old-transactions: true`.
+    var excludeOldTransactions = 0
 }

@@ -38,6 +38,9 @@ struct VerifyReceiptController: Sendable {
         guard let verifyRequest = VerifyReceiptRequest.decode(from: body) else {
             return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21000))
         }
+        await state.recordRequest(
+            withPassword: verifyRequest.password != nil, excludeOldTransactions: verifyRequest.excludeOldTransactions == true
+        )
         guard let scenario = Scenario.decode(receiptData: verifyRequest.receiptData) else {
             return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21002))
         }

@@ -51,12 +51,17 @@ enum QueueScripts {
     /// A final status is never overwritten by a late copy of the same job, except that a grant (the
     /// truth in PostgreSQL) replaces a dead letter.
     ///
-    /// KEYS: job, stream, pending. ARGV: entry id, group, status, reason, environment, expiresAt, now,
+    /// KEYS: job, stream, pending, dead. ARGV: entry id, group, status, reason, environment, expiresAt, now,
     /// retention (s), jobId. Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         local settled = current == 'granted' or current == 'rejected' or (current == 'failed' and ARGV[3] ~= 'granted')
         if current and not settled then
+          local dead = redis.call('HGET', KEYS[1], 'deadEntry')
+          if dead then
+            redis.call('XDEL', KEYS[4], dead)
+            redis.call('HDEL', KEYS[1], 'deadEntry')
+          end
           redis.call('HSET', KEYS[1], 'status', ARGV[3], 'updatedAt', ARGV[7])
           if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[4]) else redis.call('HDEL', KEYS[1], 'reason') end
           if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'environment', ARGV[5]) end

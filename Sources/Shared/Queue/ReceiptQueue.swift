@@ -163,7 +163,7 @@ public struct ReceiptQueue: Sendable {
     ) async throws {
         try await self.redis.run(
             QueueScripts.finish,
-            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job)],
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead],
             arguments: [
                 delivery.entryId, self.keys.group, status.rawValue, reason?.rawValue ?? "", environment ?? "",
                 expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId,
