@@ -2,14 +2,27 @@ import Logging
 import ServiceLifecycle
 import Shared
 
-/// Moves due retries from the delayed set back to the stream. Every worker runs one; the move is one
-/// atomic script, so a job is never promoted twice.
+/// Moves due retries from the delayed set back to the stream, and puts back jobs whose stream entry
+/// vanished. Every worker runs one; each move is one atomic script, so a job is never moved twice.
 struct Promoter: Service {
     let queue: ReceiptQueue
+    /// A job unseen this long whose entry is gone is put back (`TOLLGATE_CLAIM_MIN_IDLE_MS`).
+    let lostAfterMilliseconds: Int
     let logger: Logger
 
     func run() async throws {
+        var lastRestore = ContinuousClock.now
         while !Task.isCancelled, !Task.isShuttingDownGracefully {
+            if ContinuousClock.now - lastRestore > .milliseconds(max(1000, self.lostAfterMilliseconds / 2)) {
+                lastRestore = ContinuousClock.now
+                do {
+                    let now = WallClock.nowMilliseconds()
+                    let restored = try await self.queue.restoreLost(olderThan: now - self.lostAfterMilliseconds, now: now)
+                    if restored > 0 { self.logger.warning("put back jobs whose stream entry vanished", metadata: ["count": "\(restored)"]) }
+                } catch {
+                    self.logger.warning("cannot check for lost entries", metadata: ["error": "\(error)"])
+                }
+            }
             do {
                 let moved = try await self.queue.promoteDue(now: WallClock.nowMilliseconds())
                 if moved > 0 { self.logger.debug("promoted due retries", metadata: ["count": "\(moved)"]) }

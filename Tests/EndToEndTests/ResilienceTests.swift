@@ -58,6 +58,30 @@ struct ResilienceTests {
         }
     }
 
+    @Test("entries trimmed from the stream while waiting are put back, and every job is granted once")
+    func trimmedEntries() async throws {
+        try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            var jobs: [String] = []
+            for index in 0..<20 {
+                let transaction = ScenarioReceipt.transactionId()
+                let reply = try await system.submit(
+                    publisher, email: "t\(index)@example.com", offerId: "S200_US", transactionId: transaction, receipt: Self.receipt(publisher, transaction)
+                )
+                jobs.append(try #require(reply.json["jobId"] as? String))
+            }
+            // An operator trims the whole stream before any worker read it.
+            let redis = try TestEnvironment.redis(connections: 1)
+            try await redis.send("XTRIM", "\(system.prefix):{q}:jobs", "MAXLEN", "0")
+            #expect(try await redis.send("XLEN", "\(system.prefix):{q}:jobs").int == 0)
+            await redis.shutdown()
+
+            try await system.startWorker(name: "e2e-trimmed")
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(60))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 20)
+        }
+    }
+
     @Test("with Apple down, jobs show retrying with growing delays, and all are granted once it is back")
     func appleOutage() async throws {
         try await Self.with(["TOLLGATE_RETRY_BASE_MS": "200", "TOLLGATE_RETRY_MAX_DELAY_MS": "3000", "TOLLGATE_APPLE_TIMEOUT_MS": "1000"]) { system in

@@ -457,6 +457,41 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("a job whose entry was trimmed while waiting or pending is put back once; others are left alone")
+    func restoreLost() async throws {
+        try await Self.withQueue { harness in
+            let waiting = Fixtures.job(transactionId: Fixtures.transactionId())
+            let pending = Fixtures.job(transactionId: Fixtures.transactionId())
+            let healthy = Fixtures.job(transactionId: Fixtures.transactionId())
+            let finished = Fixtures.job(transactionId: Fixtures.transactionId())
+            for job in [waiting, pending, healthy, finished] { _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) }
+            let delivered = try await harness.read("worker-a", count: 4)
+            let pendingDelivery = try #require(delivered.first { $0.jobId == pending.jobId })
+            let finishedDelivery = try #require(delivered.first { $0.jobId == finished.jobId })
+            _ = try await harness.queue.start(pendingDelivery, now: WallClock.nowMilliseconds(), maxStarts: 100)
+            _ = try await harness.queue.start(finishedDelivery, now: WallClock.nowMilliseconds(), maxStarts: 100)
+            try await harness.queue.finish(
+                finishedDelivery, job: finished, status: .granted, reason: nil, environment: "Production", expiresAt: nil,
+                now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention
+            )
+            // An operator trims two entries: one never delivered (re-added for the test), one held by a worker.
+            let waitingEntry = try #require(try await harness.field(waiting.jobId, "entry"))
+            try await harness.redis.send("XDEL", harness.keys.stream, waitingEntry, pendingDelivery.entryId)
+            #expect(Set(try await harness.streamJobIds()) == [healthy.jobId])
+
+            let now = WallClock.nowMilliseconds()
+            #expect(try await harness.queue.restoreLost(olderThan: now + 1, now: now) == 2)
+            #expect(Set(try await harness.streamJobIds()) == [waiting.jobId, pending.jobId, healthy.jobId])
+            // Nothing is put back twice, and a finished job has left the in-flight set.
+            #expect(try await harness.queue.restoreLost(olderThan: now + 2, now: now + 2) == 0)
+            #expect(try await harness.streamJobIds().count == 3)
+            #expect(try await harness.redis.send("ZSCORE", harness.keys.inflight, finished.jobId) == .null)
+            // Recently seen jobs are not even checked.
+            try await harness.redis.send("XDEL", harness.keys.stream, try #require(try await harness.field(waiting.jobId, "entry")))
+            #expect(try await harness.queue.restoreLost(olderThan: now - 60_000, now: now) == 0)
+        }
+    }
+
     @Test("readOwnPending returns exactly what a consumer holds")
     func readOwnPending() async throws {
         try await Self.withQueue { harness in

@@ -16,6 +16,8 @@ public struct QueueKeys: Sendable, Equatable {
     public let retry: String
     /// Dead letters: one entry per failed job.
     public let dead: String
+    /// Jobs that should have a stream entry (queued, processing, promoted), scored by when last seen.
+    public let inflight: String
     /// Prefix of the per-job status hashes.
     public let jobPrefix: String
 
@@ -25,6 +27,7 @@ public struct QueueKeys: Sendable, Equatable {
         self.stream = "\(prefix):{q}:jobs"
         self.retry = "\(prefix):{q}:retry"
         self.dead = "\(prefix):{q}:dead"
+        self.inflight = "\(prefix):{q}:inflight"
         self.jobPrefix = "\(prefix):{q}:job:"
     }
 

@@ -5,31 +5,33 @@
 enum QueueScripts {
     /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all.
     ///
-    /// KEYS: dedup, job, stream, pending, [claim]. ARGV: jobId, customer, offer, publisherId, payload,
-    /// now (ms), key TTL (s), job key prefix.
+    /// KEYS: dedup, job, stream, pending, inflight, [claim]. ARGV: jobId, customer, offer, publisherId,
+    /// payload, now (ms), key TTL (s), job key prefix.
     static let enqueue = RedisScript(name: "enqueue", source: """
         local existing = redis.call('GET', KEYS[1])
         if existing then
           local status = redis.call('HGET', ARGV[8] .. existing, 'status')
           if status then return {'duplicate', existing, status} end
         end
-        if KEYS[5] then
-          local owner = redis.call('GET', KEYS[5])
+        if KEYS[6] then
+          local owner = redis.call('GET', KEYS[6])
           if owner and owner ~= ARGV[2] then return {'claimed'} end
         end
         redis.call('HSET', KEYS[2], 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[2],
           'offerId', ARGV[3], 'publisherId', ARGV[4], 'payload', ARGV[5], 'acceptedAt', ARGV[6], 'updatedAt', ARGV[6])
-        redis.call('XADD', KEYS[3], '*', 'job', ARGV[1])
+        local entry = redis.call('XADD', KEYS[3], '*', 'job', ARGV[1])
+        redis.call('HSET', KEYS[2], 'entry', entry)
+        redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
         redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
         redis.call('SADD', KEYS[4], ARGV[1])
         redis.call('EXPIRE', KEYS[4], ARGV[7])
-        if KEYS[5] then redis.call('SET', KEYS[5], ARGV[2], 'EX', ARGV[7]) end
+        if KEYS[6] then redis.call('SET', KEYS[6], ARGV[2], 'EX', ARGV[7]) end
         return {'created', ARGV[1], 'queued'}
         """)
 
     /// Mark a delivered job `processing` and count the attempt; report final or vanished jobs instead.
     ///
-    /// KEYS: job. ARGV: now (ms), most starts allowed. Returns {'ready', attempts, payload, acceptedAt} |
+    /// KEYS: job, inflight. ARGV: now (ms), most starts allowed, jobId. Returns {'ready', attempts, payload, acceptedAt} |
     /// {'poison', attempts, payload, acceptedAt} | {'final', status} | {'missing'}. A job started more often
     /// than attempts allow never finished its earlier starts (it crashed or stalled its workers): poison.
     /// `acceptedAt` restarts when an operator requeues, so the age limit counts from the requeue.
@@ -41,6 +43,7 @@ enum QueueScripts {
         if not payload then return {'missing'} end
         local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
         redis.call('HSET', KEYS[1], 'status', 'processing', 'updatedAt', ARGV[1])
+        redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
         redis.call('HDEL', KEYS[1], 'nextAttemptAt')
         local verdict = 'ready'
         if attempts > tonumber(ARGV[2]) then verdict = 'poison' end
@@ -51,8 +54,8 @@ enum QueueScripts {
     /// A final status is never overwritten by a late copy of the same job, except that a grant (the
     /// truth in PostgreSQL) replaces a dead letter.
     ///
-    /// KEYS: job, stream, pending, dead. ARGV: entry id, group, status, reason, environment, expiresAt, now,
-    /// retention (s), jobId. Empty strings mean "not set".
+    /// KEYS: job, stream, pending, dead, inflight. ARGV: entry id, group, status, reason, environment,
+    /// expiresAt, now, retention (s), jobId. Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         local settled = current == 'granted' or current == 'rejected' or (current == 'failed' and ARGV[3] ~= 'granted')
@@ -70,6 +73,7 @@ enum QueueScripts {
           redis.call('EXPIRE', KEYS[1], ARGV[8])
         end
         redis.call('SREM', KEYS[3], ARGV[9])
+        redis.call('ZREM', KEYS[5], ARGV[9])
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         return 1
@@ -78,13 +82,14 @@ enum QueueScripts {
     /// Park a job in the delayed-retry set and acknowledge its entry, in one step; a job already final
     /// (a late copy of it) is only acknowledged.
     ///
-    /// KEYS: job, stream, retry. ARGV: entry id, group, jobId, due (ms), reason, now.
+    /// KEYS: job, stream, retry, inflight. ARGV: entry id, group, jobId, due (ms), reason, now.
     static let retry = RedisScript(name: "retry", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
           redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', ARGV[4], 'updatedAt', ARGV[6])
           redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
         end
+        redis.call('ZREM', KEYS[4], ARGV[3])
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         return 1
@@ -92,13 +97,15 @@ enum QueueScripts {
 
     /// Move due retries back to the stream; each id leaves the set once, so none moves twice.
     ///
-    /// KEYS: retry, stream. ARGV: now (ms), limit, job key prefix.
+    /// KEYS: retry, stream, inflight. ARGV: now (ms), limit, job key prefix.
     static let promote = RedisScript(name: "promote", source: """
         local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
         for _, id in ipairs(due) do
           redis.call('ZREM', KEYS[1], id)
           if redis.call('EXISTS', ARGV[3] .. id) == 1 then
-            redis.call('XADD', KEYS[2], '*', 'job', id)
+            local entry = redis.call('XADD', KEYS[2], '*', 'job', id)
+            redis.call('HSET', ARGV[3] .. id, 'entry', entry)
+            redis.call('ZADD', KEYS[3], ARGV[1], id)
           end
         end
         return #due
@@ -107,7 +114,7 @@ enum QueueScripts {
     /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged; a job
     /// already final is only acknowledged.
     ///
-    /// KEYS: job, stream, dead, pending. ARGV: entry id, group, jobId, reason, detail, now, retention (s).
+    /// KEYS: job, stream, dead, pending, inflight. ARGV: entry id, group, jobId, reason, detail, now, retention (s).
     static let deadLetter = RedisScript(name: "dead-letter", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
@@ -117,6 +124,7 @@ enum QueueScripts {
           redis.call('EXPIRE', KEYS[1], ARGV[7])
         end
         redis.call('SREM', KEYS[4], ARGV[3])
+        redis.call('ZREM', KEYS[5], ARGV[3])
         if ARGV[1] ~= '' then
           redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
           redis.call('XDEL', KEYS[2], ARGV[1])
@@ -126,7 +134,8 @@ enum QueueScripts {
 
     /// Put a failed job back on the stream with fresh attempts; a second call finds it no longer failed.
     ///
-    /// KEYS: job, stream, dead, pending. ARGV: jobId, now. Returns {'requeued'} | {'missing'} | {'not_failed', status}.
+    /// KEYS: job, stream, dead, pending, inflight. ARGV: jobId, now. Returns {'requeued'} | {'missing'} |
+    /// {'not_failed', status}.
     static let requeue = RedisScript(name: "requeue", source: """
         local status = redis.call('HGET', KEYS[1], 'status')
         if not status then return {'missing'} end
@@ -137,11 +146,42 @@ enum QueueScripts {
         redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts', 0, 'updatedAt', ARGV[2], 'acceptedAt', ARGV[2])
         redis.call('HDEL', KEYS[1], 'reason', 'deadEntry', 'nextAttemptAt')
         redis.call('PERSIST', KEYS[1])
-        redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
+        local entry = redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
+        redis.call('HSET', KEYS[1], 'entry', entry)
+        redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
         redis.call('SADD', KEYS[4], ARGV[1])
         return {'requeued'}
         """)
 
+    /// Put back on the stream the unfinished jobs whose entry vanished (trimmed or deleted while waiting
+    /// or pending): every job that should have an entry is in the in-flight set with the time it was last
+    /// seen; those not seen since `olderThan` are checked, and a job whose entry is gone gets a new one.
+    ///
+    /// KEYS: inflight, stream. ARGV: olderThan (ms), limit, job key prefix, now (ms). Returns how many
+    /// jobs were put back.
+    static let restore = RedisScript(name: "restore", source: """
+        local stale = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+        local restored = 0
+        for _, id in ipairs(stale) do
+          local key = ARGV[3] .. id
+          local status = redis.call('HGET', key, 'status')
+          if not status or status == 'granted' or status == 'rejected' or status == 'failed' then
+            redis.call('ZREM', KEYS[1], id)
+          else
+            local entry = redis.call('HGET', key, 'entry')
+            if entry and #redis.call('XRANGE', KEYS[2], entry, entry) > 0 then
+              redis.call('ZADD', KEYS[1], ARGV[4], id)
+            else
+              local fresh = redis.call('XADD', KEYS[2], '*', 'job', id)
+              redis.call('HSET', key, 'entry', fresh)
+              redis.call('ZADD', KEYS[1], ARGV[4], id)
+              restored = restored + 1
+            end
+          end
+        end
+        return restored
+        """)
+
     /// Every script, for loading at start.
-    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue]
+    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue, restore]
 }

@@ -32,7 +32,7 @@ public struct ReceiptQueue: Sendable {
 
     /// Stores a job atomically, or finds the identical submission, or refuses a claimed transaction.
     public func enqueue(_ job: ReceiptJob, keyTTLSeconds: Int) async throws -> EnqueueOutcome {
-        var keys = [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job)]
+        var keys = [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.inflight]
         if let transactionId = job.transactionId {
             keys.append(self.keys.claim(publisherId: job.publisherId, transactionId: transactionId))
         }
@@ -139,7 +139,8 @@ public struct ReceiptQueue: Sendable {
     /// `maxStarts` bounds how often a job may start: past it the job is poison.
     public func start(_ delivery: QueueDelivery, now: Int, maxStarts: Int) async throws -> StartOutcome {
         let reply = try await self.redis.run(
-            QueueScripts.start, keys: [self.keys.job(delivery.jobId)], arguments: [String(now), String(maxStarts)]
+            QueueScripts.start, keys: [self.keys.job(delivery.jobId), self.keys.inflight],
+            arguments: [String(now), String(maxStarts), delivery.jobId]
         )
         let parts = reply.array ?? []
         switch parts.first?.string {
@@ -163,7 +164,7 @@ public struct ReceiptQueue: Sendable {
     ) async throws {
         try await self.redis.run(
             QueueScripts.finish,
-            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead],
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight],
             arguments: [
                 delivery.entryId, self.keys.group, status.rawValue, reason?.rawValue ?? "", environment ?? "",
                 expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId,
@@ -182,7 +183,7 @@ public struct ReceiptQueue: Sendable {
     public func retry(_ delivery: QueueDelivery, jobId: String, dueAt: Int, reason: JobReason, now: Int) async throws {
         try await self.redis.run(
             QueueScripts.retry,
-            keys: [self.keys.job(jobId), self.keys.stream, self.keys.retry],
+            keys: [self.keys.job(jobId), self.keys.stream, self.keys.retry, self.keys.inflight],
             arguments: [delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now)]
         )
     }
@@ -191,7 +192,7 @@ public struct ReceiptQueue: Sendable {
     @discardableResult
     public func promoteDue(now: Int, limit: Int = 500) async throws -> Int {
         let reply = try await self.redis.run(
-            QueueScripts.promote, keys: [self.keys.retry, self.keys.stream],
+            QueueScripts.promote, keys: [self.keys.retry, self.keys.stream, self.keys.inflight],
             arguments: [String(now), String(limit), self.keys.jobPrefix]
         )
         return reply.int ?? 0
@@ -202,9 +203,20 @@ public struct ReceiptQueue: Sendable {
     public func deadLetter(_ delivery: QueueDelivery?, job: ReceiptJob, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws {
         try await self.redis.run(
             QueueScripts.deadLetter,
-            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.dead, self.keys.pending(for: job)],
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.dead, self.keys.pending(for: job), self.keys.inflight],
             arguments: [delivery?.entryId ?? "", self.keys.group, job.jobId, reason.rawValue, detail, String(now), String(retentionSeconds)]
         )
+    }
+
+    /// Puts back on the stream unfinished jobs whose entry vanished (an `XTRIM`, an `XDEL`) and that were
+    /// last seen before `olderThan` (Unix ms); returns how many it put back.
+    @discardableResult
+    public func restoreLost(olderThan: Int, now: Int, limit: Int = 500) async throws -> Int {
+        let reply = try await self.redis.run(
+            QueueScripts.restore, keys: [self.keys.inflight, self.keys.stream],
+            arguments: [String(olderThan), String(limit), self.keys.jobPrefix, String(now)]
+        )
+        return reply.int ?? 0
     }
 
     /// The oldest dead letters, up to `limit`.
@@ -224,7 +236,7 @@ public struct ReceiptQueue: Sendable {
             QueueScripts.requeue,
             keys: [
                 self.keys.job(jobId), self.keys.stream, self.keys.dead,
-                self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId),
+                self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId), self.keys.inflight,
             ],
             arguments: [jobId, String(now)]
         )
