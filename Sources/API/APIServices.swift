@@ -9,6 +9,7 @@ struct APIServices: Sendable {
     let catalog: CatalogStore
     let access: AccessStore
     let authenticator: PublisherAuthenticator
+    let rateLimiter: RateLimiter
     /// Offer look-ups for submissions, cached briefly: a disabled product stops accepting within seconds.
     let offers = ExpiringCache<String, [Product]>(lifetime: 5)
 
@@ -20,6 +21,9 @@ struct APIServices: Sendable {
         self.catalog = CatalogStore(database: database)
         self.access = AccessStore(database: database)
         self.authenticator = PublisherAuthenticator(catalog: self.catalog)
+        self.rateLimiter = RateLimiter(
+            redis: redis, prefix: configuration.queuePrefix, perSecond: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst
+        )
     }
 
     /// How long dedup and claim keys live: a job may retry for the maximum age, then its status is retained.

@@ -66,7 +66,7 @@ func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -
 
     OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database).register(on: router)
 
-    let publisherRoutes = router.group().add(middleware: PublisherAuthMiddleware(authenticator: services.authenticator))
+    let publisherRoutes = router.group().add(middleware: PublisherAuthMiddleware(authenticator: services.authenticator, rateLimiter: services.rateLimiter))
     PaymentController(services: services).register(on: publisherRoutes)
     AccessController(services: services).register(on: publisherRoutes)
 

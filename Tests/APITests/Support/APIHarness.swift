@@ -26,6 +26,8 @@ enum APIHarness {
         var redisURL: String?
         /// Overrides `TOLLGATE_DATABASE_URL` (a closed port simulates PostgreSQL being down).
         var databaseURL: String?
+        /// Extra variables (e.g. the rate limit).
+        var extra: [String: String] = [:]
     }
 
     /// Bounds how many fixtures hold databases and connections at once, so a parallel run stays well
@@ -59,6 +61,7 @@ enum APIHarness {
             "TOLLGATE_LOG_LEVEL": "warning",
         ]
         environment["TOLLGATE_ADMIN_TOKEN"] = options.adminToken
+        environment.merge(options.extra) { _, extra in extra }
         let configuration = try Configuration(environment: environment)
         var logger = Logger(label: "test.api")
         logger.logLevel = .critical
