@@ -28,7 +28,7 @@ struct MigratorTests {
         let url = try await TestDatabase.createEmpty()
         let first = PostgresClient(url: url, connections: 1)
         let second = PostgresClient(url: url, connections: 1)
-        try await TestDatabase.using(first, second) {
+        try await TestEnvironment.using(first, second) {
             // Nothing there yet.
             let tables = try await first.query("SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'public'").first?.decode(Int.self, "n")
             #expect(tables == 0)

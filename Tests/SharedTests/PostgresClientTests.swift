@@ -135,7 +135,7 @@ struct PostgresClientTests {
             // No transaction was left open on the pooled connection: what it writes now is visible to others at once.
             try await client.query("INSERT INTO t VALUES (5)")
             let other = PostgresClient(url: url, connections: 1)
-            let seen = try await TestDatabase.using(other) {
+            let seen = try await TestEnvironment.using(other) {
                 try await other.query("SELECT count(*)::int AS n FROM t WHERE value = 5").first?.decode(Int.self, "n")
             }
             #expect(seen == 1)
@@ -168,7 +168,7 @@ struct PostgresClientTests {
         try await TestDatabase.withFresh(connections: 1) { client, url in
             let firstPid = try #require(try await client.query("SELECT pg_backend_pid() AS pid").first?.decode(Int.self, "pid"))
             let killer = PostgresClient(url: url, connections: 1)
-            try await TestDatabase.using(killer) {
+            try await TestEnvironment.using(killer) {
                 let terminated = try await killer.query(
                     "SELECT pg_terminate_backend(pid) AS done FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 ).rows.map { try $0.decode(Bool.self, "done") }

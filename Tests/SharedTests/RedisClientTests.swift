@@ -157,24 +157,12 @@ struct RedisClientTests {
         }
     }
 
-    /// Shuts the clients down whether `body` returns or throws.
-    static func using<T>(_ clients: RedisClient..., body: () async throws -> T) async throws -> T {
-        do {
-            let value = try await body()
-            for client in clients { await client.shutdown() }
-            return value
-        } catch {
-            for client in clients { await client.shutdown() }
-            throw error
-        }
-    }
-
     /// Creates an ACL user allowed everything, runs `body` with it, then deletes it.
     static func withACLUser<T>(_ body: (_ user: String, _ password: String) async throws -> T) async throws -> T {
         let admin = try TestEnvironment.redis(connections: 1)
         let user = "tg_test_\(Fixtures.suffix())"
         let password = "pw-\(Fixtures.suffix(8))"
-        return try await Self.using(admin) {
+        return try await TestEnvironment.using(admin) {
             try await admin.send("ACL", "SETUSER", user, "on", ">\(password)", "~*", "+@all")
             do {
                 let value = try await body(user, password)
@@ -191,7 +179,7 @@ struct RedisClientTests {
     func reconnectsAfterKill() async throws {
         try await Self.withClient(connections: 1) { client, prefix in
             let admin = try TestEnvironment.redis(connections: 1)
-            try await Self.using(admin) {
+            try await TestEnvironment.using(admin) {
                 try await client.send("SET", "\(prefix):k", "before")
                 let firstId = try #require(try await client.send("CLIENT", "ID").int)
                 #expect(try await admin.send("CLIENT", "KILL", "ID", String(firstId)) == .integer(1))
@@ -221,7 +209,7 @@ struct RedisClientTests {
             )
             let admin = try TestEnvironment.redis(connections: 1)
             let prefix = TestEnvironment.uniquePrefix()
-            try await Self.using(client, admin) {
+            try await TestEnvironment.using(client, admin) {
                 // Open every pipeline's connection.
                 let before = try await withThrowingTaskGroup(of: Int?.self) { group in
                     for _ in 0..<3 { group.addTask { try await client.send("CLIENT", "ID").int } }
@@ -261,7 +249,7 @@ struct RedisClientTests {
         let three = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 3)), connections: 1)
         let threeAgain = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 3)), connections: 1)
         let zero = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 0)), connections: 1)
-        try await Self.using(three, threeAgain, zero) {
+        try await TestEnvironment.using(three, threeAgain, zero) {
             try await three.send("SET", key, "in-three")
             #expect(try await threeAgain.send("GET", key) == .bulk(Array("in-three".utf8)))
             #expect(try await zero.send("GET", key) == .null)
@@ -277,14 +265,14 @@ struct RedisClientTests {
     func aclUser() async throws {
         try await Self.withACLUser { user, password in
             let good = RedisClient(configuration: try RedisConfiguration(url: try Self.url(user: user, password: password, database: 0)), connections: 1)
-            try await Self.using(good) { () async throws in
+            try await TestEnvironment.using(good) { () async throws in
                 #expect(try await good.send("ACL", "WHOAMI").string == user)
                 #expect(await good.ping())
             }
 
             let wrongPassword = "wrong-\(Fixtures.suffix(8))"
             let bad = RedisClient(configuration: try RedisConfiguration(url: try Self.url(user: user, password: wrongPassword, database: 0)), connections: 1)
-            try await Self.using(bad) {
+            try await TestEnvironment.using(bad) {
                 let error = await #expect(throws: RedisError.self) { try await bad.send("PING") }
                 #expect(error?.code == .connection)
                 #expect(error?.message.contains(wrongPassword) == false)

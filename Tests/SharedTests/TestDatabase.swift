@@ -13,19 +13,7 @@ enum TestDatabase {
     static func withFresh<T>(connections: Int = 4, _ body: (PostgresClient, String) async throws -> T) async throws -> T {
         let url = try await TestEnvironment.freshDatabase()
         let client = PostgresClient(url: url, connections: connections)
-        return try await Self.using(client) { try await body(client, url) }
-    }
-
-    /// Shuts the clients down whether `body` returns or throws.
-    static func using<T>(_ clients: PostgresClient..., body: () async throws -> T) async throws -> T {
-        do {
-            let value = try await body()
-            for client in clients { await client.shutdown() }
-            return value
-        } catch {
-            for client in clients { await client.shutdown() }
-            throw error
-        }
+        return try await TestEnvironment.using(client) { try await body(client, url) }
     }
 
     /// Creates an empty database (no migrations) through the admin URL and returns its URL.
@@ -33,7 +21,7 @@ enum TestDatabase {
         let adminURL = try TestEnvironment.databaseURL()
         let name = "tg_empty_" + Fixtures.suffix(8)
         let admin = PostgresClient(url: adminURL, connections: 1)
-        _ = try await Self.using(admin) {
+        _ = try await TestEnvironment.using(admin) {
             // CREATE DATABASE takes no parameters; the name is generated hex.
             try await admin.query("CREATE DATABASE \(name)")
         }

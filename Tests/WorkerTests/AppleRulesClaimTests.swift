@@ -13,10 +13,7 @@ struct AppleRulesClaimTests {
     @Test("a consumable transaction granted to one customer is already_claimed for another; the first grant stays intact")
     func consumableClaimed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "coins100", transactionId: transaction)])
+            let (transaction, receipt) = try await harness.coinsPurchase(bundle: Self.bundle)
             let first = try await harness.inject(email: WorkerHarness.buyer, offerId: "COINS100", transactionId: transaction, receipt: receipt)
             #expect(try await harness.workUntilFinal(first).status == .granted)
 
@@ -104,10 +101,7 @@ struct AppleRulesClaimTests {
     @Test("two customers racing for one transaction: exactly one is granted, the other already_claimed", arguments: 0..<3)
     func race(_ round: Int) async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "coins100", transactionId: transaction)])
+            let (transaction, receipt) = try await harness.coinsPurchase(bundle: Self.bundle)
             var jobs: [String] = []
             for index in 0..<8 {
                 let email = index.isMultiple(of: 2) ? WorkerHarness.buyer : WorkerHarness.other

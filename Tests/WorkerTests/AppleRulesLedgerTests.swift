@@ -13,12 +13,7 @@ struct AppleRulesLedgerTests {
     @Test("a granted row is fulfilled, received_at ≤ verified_at ≤ fulfilled_at, with the environment and the receipt's SHA-256, never the receipt", arguments: ["Production", "Sandbox"])
     func grantedRow(environment: String) async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "coins100", transactionId: transaction)], environment: environment
-            )
+            let (transaction, receipt) = try await harness.coinsPurchase(bundle: Self.bundle, environment: environment)
             let before = Date()
             let job = try await harness.submit(offerId: "COINS100", transactionId: transaction, receipt: receipt)
             #expect(try await harness.workUntilFinal(job).status == .granted)

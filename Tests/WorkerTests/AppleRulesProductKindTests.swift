@@ -13,10 +13,7 @@ struct AppleRulesProductKindTests {
     @Test("the same consumable receipt posted as ten jobs of one customer credits its coins once")
     func consumableTenTimes() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "coins100", transactionId: transaction)])
+            let (transaction, receipt) = try await harness.coinsPurchase(bundle: Self.bundle)
             var jobs: [String] = []
             for _ in 0..<10 { jobs.append(try await harness.inject(offerId: "COINS100", transactionId: transaction, receipt: receipt)) }
             #expect(Set(jobs).count == 10, "ten distinct jobs reached the queue")

@@ -62,6 +62,18 @@ extension WorkerHarness {
         try #require(try await self.queue.record(jobId: jobId))
     }
 
+    /// An app `bundle` selling the 100-coin consumable `coins100` (offer `COINS100`), and a receipt that buys
+    /// it once: the starting point of most rule tests.
+    func coinsPurchase(bundle: String, environment: String = "Production") async throws -> (transaction: String, receipt: String) {
+        try await self.app(bundle)
+        try await self.product(bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
+        let transaction = ScenarioReceipt.transactionId()
+        let receipt = ScenarioReceipt.make(
+            bundleId: bundle, purchases: [.init(productId: "coins100", transactionId: transaction)], environment: environment
+        )
+        return (transaction, receipt)
+    }
+
     // MARK: Emulator
 
     struct EmulatorStats: Decodable, Equatable {
