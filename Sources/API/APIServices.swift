@@ -13,14 +13,18 @@ struct APIServices: Sendable {
     /// Offer look-ups for submissions, cached briefly: a disabled product stops accepting within seconds.
     let offers = ExpiringCache<String, [Product]>(lifetime: 5)
 
-    init(configuration: Configuration, redis: RedisClient, database: PostgresClient) {
+    init(configuration: Configuration, redis: RedisClient, database: PostgresClient) async {
         self.configuration = configuration
         self.redis = redis
         self.database = database
         self.queue = ReceiptQueue(redis: redis, prefix: configuration.queuePrefix)
         self.catalog = CatalogStore(database: database)
         self.access = AccessStore(database: database)
-        self.authenticator = PublisherAuthenticator(catalog: self.catalog)
+        var customerTokens: CustomerTokens?
+        if let secret = configuration.tokenSecret {
+            customerTokens = await CustomerTokens(secret: secret, lifetimeSeconds: configuration.customerTokenLifetimeSeconds)
+        }
+        self.authenticator = PublisherAuthenticator(catalog: self.catalog, customerTokens: customerTokens)
         self.rateLimiter = RateLimiter(
             redis: redis, prefix: configuration.queuePrefix, perSecond: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst
         )

@@ -30,7 +30,7 @@ struct APIApplication {
 func buildApplication(configuration: Configuration, logger: Logger, registry: PrometheusCollectorRegistry = MetricsSetup.bootstrap()) async throws -> APIApplication {
     let redis = RedisClient(configuration: configuration.redis, connections: configuration.redisPoolSize)
     let database = PostgresClient(url: configuration.databaseURL, connections: configuration.databasePoolSize)
-    let services = APIServices(configuration: configuration, redis: redis, database: database)
+    let services = await APIServices(configuration: configuration, redis: redis, database: database)
     do {
         try await services.queue.prepare()
         await RedisSafety.warnIfUnsafe(redis: redis, logger: logger)
@@ -66,9 +66,21 @@ func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -
 
     OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database).register(on: router)
 
+    router.get("/openapi.yaml") { _, _ in
+        Response(
+            status: .ok, headers: [.contentType: "application/yaml; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: PackageResources.openapi_yaml))
+        )
+    }
+
     let publisherRoutes = router.group().add(middleware: PublisherAuthMiddleware(authenticator: services.authenticator, rateLimiter: services.rateLimiter))
+    let accessRoutes = router.group().add(middleware: PublisherAuthMiddleware(
+        authenticator: services.authenticator, rateLimiter: services.rateLimiter, acceptsCustomerTokens: true
+    ))
     PaymentController(services: services).register(on: publisherRoutes)
-    AccessController(services: services).register(on: publisherRoutes)
+    CustomerTokenController(services: services).register(on: publisherRoutes)
+    AccessController(services: services).register(publisherRoutes: publisherRoutes, accessRoutes: accessRoutes)
+    JSONRPCController(services: services).register(on: router)
 
     let adminRoutes = router.group("/admin/v1").add(middleware: AdminAuthMiddleware(token: services.configuration.adminToken))
     AdminController(services: services).register(on: adminRoutes)

@@ -6,6 +6,8 @@ struct TollgateRequestContext: RequestContext {
     var coreContext: CoreRequestContextStorage
     /// Set by ``PublisherAuthMiddleware`` on publisher routes.
     var publisher: Publisher?
+    /// Set by ``PublisherAuthMiddleware`` when an app presented a customer token: the only customer it may ask about.
+    var customerEmail: String?
 
     init(source: Source) {
         self.coreContext = .init(source: source)

@@ -2,14 +2,18 @@ import Foundation
 import Hummingbird
 import Shared
 
-/// What publishers read: one job, a customer's access to an offer, a customer's wallet.
+/// What publishers read: one job, a customer's access to an offer, a customer's wallet. Apps read the access
+/// status too, with a customer token, here and through the Cleeng-style JSON-RPC `getAccessStatus`.
 struct AccessController {
     let services: APIServices
 
-    func register(on group: RouterGroup<TollgateRequestContext>) {
-        group.get("/v1/receipts/:jobId", use: self.job)
-        group.get("/v1/access-status", use: self.accessStatus)
-        group.get("/v1/customers/:customerEmail/wallet", use: self.wallet)
+    /// - Parameters:
+    ///   - publisherRoutes: routes behind publisher credentials.
+    ///   - accessRoutes: routes behind publisher credentials or a customer token.
+    func register(publisherRoutes: RouterGroup<TollgateRequestContext>, accessRoutes: RouterGroup<TollgateRequestContext>) {
+        publisherRoutes.get("/v1/receipts/:jobId", use: self.job)
+        publisherRoutes.get("/v1/customers/:customerEmail/wallet", use: self.wallet)
+        accessRoutes.get("/v1/access-status", use: self.accessStatus)
     }
 
     struct JobView: Encodable {
@@ -64,24 +68,28 @@ struct AccessController {
     @Sendable func accessStatus(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         let publisher = try context.requirePublisher()
         let query = request.uri.queryParameters
-        guard let rawEmail = query["customerEmail"].map(String.init), !rawEmail.isEmpty else { throw APIError.missingField("customerEmail") }
+        // A customer token names its customer; a publisher names one in the query.
+        let email: String
+        if let customerEmail = context.customerEmail {
+            email = customerEmail
+        } else {
+            guard let raw = query["customerEmail"].map(String.init), !raw.isEmpty else { throw APIError.missingField("customerEmail") }
+            email = try FieldRules.email(raw)
+        }
         guard let rawOffer = query["offerId"].map(String.init), !rawOffer.isEmpty else { throw APIError.missingField("offerId") }
-        let email = try FieldRules.email(rawEmail)
-        let offerId = try FieldRules.offerId(rawOffer)
-        return try await self.accessAnswer(publisherId: publisher.id, customerEmail: email, offerId: offerId)
+        let view = try await self.access(publisherId: publisher.id, customerEmail: email, offerId: try FieldRules.offerId(rawOffer))
+        return JSONBody.response(.ok, view, headers: view.pending ? [.retryAfter: "5"] : [:])
     }
 
-    /// The access-status answer for one customer and offer, with `Retry-After: 5` while a job is pending.
-    func accessAnswer(publisherId: UUID, customerEmail: String, offerId: String) async throws -> Response {
+    /// One customer's access to one offer, and whether a job for it is still pending.
+    func access(publisherId: UUID, customerEmail: String, offerId: String) async throws -> AccessView {
         async let pending = self.services.queue.hasPendingJob(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
         let access = try await self.services.access.access(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
-        let isPending = try await pending
-        let view = AccessView(
+        return AccessView(
             offerId: offerId, accessGranted: access.granted,
             expiresAt: access.expiresAt.map { Int($0.timeIntervalSince1970) },
-            grantType: access.granted ? "direct-purchase" : nil, pending: isPending
+            grantType: access.granted ? "direct-purchase" : nil, pending: try await pending
         )
-        return JSONBody.response(.ok, view, headers: isPending ? [.retryAfter: "5"] : [:])
     }
 
     struct WalletView: Encodable {

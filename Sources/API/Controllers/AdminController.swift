@@ -8,6 +8,9 @@ struct AdminController {
 
     func register(on group: RouterGroup<TollgateRequestContext>) {
         group.post("/publishers", use: self.createPublisher)
+        group.get("/publishers", use: self.listPublishers)
+        group.patch("/publishers/:publisherId", use: self.updatePublisher)
+        group.post("/publishers/:publisherId/credentials", use: self.rotateCredentials)
         group.post("/publishers/:publisherId/apps", use: self.createApp)
         group.post("/products", use: self.createProduct)
         group.get("/products", use: self.listProducts)
@@ -29,18 +32,66 @@ struct AdminController {
         let name: String
         let publisherToken: String
         let basicAuth: BasicAuth
+
+        init(_ publisher: Publisher, _ credentials: PublisherCredentials) {
+            self.id = publisher.id.uuidString.lowercased()
+            self.name = publisher.name
+            self.publisherToken = credentials.publisherToken
+            self.basicAuth = BasicAuth(username: credentials.username, password: credentials.password)
+        }
     }
 
     @Sendable func createPublisher(_ request: Request, context: TollgateRequestContext) async throws -> Response {
-        let json = try await Self.body(request)
+        let json = try await JSONObject.read(request)
         let name = try json.requiredString("name")
-        guard name.count <= 200 else { throw APIError.invalid("name", code: "invalid_name", "name must be at most 200 characters") }
+        // PostgreSQL counts code points, not grapheme clusters.
+        guard name.unicodeScalars.count <= 200 else { throw APIError.invalid("name", code: "invalid_name", "name must be at most 200 characters") }
         let (publisher, credentials) = try await self.services.catalog.createPublisher(name: name)
         context.logger.info("publisher created", metadata: ["publisher": "\(publisher.id.uuidString.lowercased())"])
-        return JSONBody.response(.created, PublisherCreated(
-            id: publisher.id.uuidString.lowercased(), name: publisher.name, publisherToken: credentials.publisherToken,
-            basicAuth: .init(username: credentials.username, password: credentials.password)
-        ))
+        return JSONBody.response(.created, PublisherCreated(publisher, credentials))
+    }
+
+    struct PublisherView: Encodable {
+        let id: String
+        let name: String
+        let enabled: Bool
+
+        init(_ publisher: Publisher) {
+            self.id = publisher.id.uuidString.lowercased()
+            self.name = publisher.name
+            self.enabled = publisher.enabled
+        }
+    }
+
+    struct PublisherList: Encodable {
+        let publishers: [PublisherView]
+    }
+
+    @Sendable func listPublishers(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        JSONBody.response(.ok, PublisherList(publishers: try await self.services.catalog.publishers().map(PublisherView.init)))
+    }
+
+    /// `{"enabled": false}` turns a publisher's credentials and customer tokens off within seconds on every API process.
+    @Sendable func updatePublisher(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        guard let id = context.parameters.get("publisherId").flatMap(UUID.init(uuidString:)), try await self.services.catalog.publisherExists(id) else {
+            throw APIError.notFound
+        }
+        let json = try await JSONObject.read(request)
+        guard let enabled = try json.bool("enabled") else { throw APIError.missingField("enabled") }
+        guard let publisher = try await self.services.catalog.setPublisher(id: id, enabled: enabled) else { throw APIError.notFound }
+        self.services.authenticator.forgetCachedPublishers()
+        context.logger.info("publisher updated", metadata: ["publisher": "\(id.uuidString.lowercased())", "enabled": "\(enabled)"])
+        return JSONBody.response(.ok, PublisherView(publisher))
+    }
+
+    /// New credentials, shown once; the old ones stop working within seconds on every API process.
+    @Sendable func rotateCredentials(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        guard let id = context.parameters.get("publisherId").flatMap(UUID.init(uuidString:)),
+            let (publisher, credentials) = try await self.services.catalog.rotateCredentials(id: id)
+        else { throw APIError.notFound }
+        self.services.authenticator.forgetCachedPublishers()
+        context.logger.info("publisher credentials rotated", metadata: ["publisher": "\(id.uuidString.lowercased())"])
+        return JSONBody.response(.created, PublisherCreated(publisher, credentials))
     }
 
     struct AppView: Encodable {
@@ -52,7 +103,7 @@ struct AdminController {
 
     @Sendable func createApp(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         guard let publisherId = context.parameters.get("publisherId").flatMap(UUID.init(uuidString:)) else { throw APIError.notFound }
-        let json = try await Self.body(request)
+        let json = try await JSONObject.read(request)
         let bundleId = try Self.identifier(json.requiredString("bundleId"), field: "bundleId")
         let sharedSecret = try json.string("sharedSecret")
         let allowSandbox = try json.bool("allowSandbox") ?? true
@@ -107,7 +158,7 @@ struct AdminController {
     }
 
     @Sendable func createProduct(_ request: Request, context: TollgateRequestContext) async throws -> Response {
-        let json = try await Self.body(request)
+        let json = try await JSONObject.read(request)
         guard let publisherId = UUID(uuidString: try json.requiredString("publisherId")) else {
             throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")
         }
@@ -123,12 +174,11 @@ struct AdminController {
         let coins = try json.int("coins")
         let durationDays = try json.int("durationDays")
         let enabled = try json.bool("enabled") ?? true
-        try Self.checkAmounts(kind: kind, coins: coins, durationDays: durationDays)
+        let amounts = try Self.checkAmounts(kind: kind, coins: coins, durationDays: durationDays)
         do {
             let product = try await self.services.catalog.createProduct(ProductDraft(
                 publisherId: publisherId, bundleId: bundleId, productId: productId, offerId: offerId, kind: kind, title: title,
-                description: description, coins: kind == .consumable ? coins : nil,
-                durationDays: kind == .nonRenewing ? durationDays : nil, enabled: enabled
+                description: description, coins: amounts.coins, durationDays: amounts.durationDays, enabled: enabled
             ))
             return JSONBody.response(.created, ProductView(product))
         } catch CatalogError.unknownPublisher {
@@ -156,12 +206,12 @@ struct AdminController {
         guard let id = context.parameters.get("productId").flatMap(UUID.init(uuidString:)),
             let existing = try await self.services.catalog.product(id: id)
         else { throw APIError.notFound }
-        let json = try await Self.body(request)
+        let json = try await JSONObject.read(request)
+        let amounts = try Self.checkAmounts(kind: existing.kind, coins: try json.int("coins"), durationDays: try json.int("durationDays"), patch: true)
         let patch = ProductPatch(
             enabled: try json.bool("enabled"), title: try json.string("title"), description: try json.string("description"),
-            coins: try json.int("coins"), durationDays: try json.int("durationDays")
+            coins: amounts.coins, durationDays: amounts.durationDays
         )
-        try Self.checkAmounts(kind: existing.kind, coins: patch.coins ?? existing.coins, durationDays: patch.durationDays ?? existing.durationDays)
         let product = try await self.services.catalog.updateProduct(id: id, patch)
         self.services.offers.remove("\(product.publisherId)|\(product.offerId)")
         return JSONBody.response(.ok, ProductView(product))
@@ -209,13 +259,6 @@ struct AdminController {
 
     // MARK: Helpers
 
-    static func body(_ request: Request) async throws -> JSONObject {
-        guard PaymentController.isJSON(request.headers[.contentType]) else {
-            throw APIError(.unsupportedMediaType, code: "unsupported_media_type", "Content-Type must be application/json")
-        }
-        return try JSONObject(body: try await request.body.collect(upTo: APILimits.maxBodyBytes))
-    }
-
     /// Bundle and product identifiers: 1-255 printable characters without spaces.
     static func identifier(_ text: String, field: String) throws -> String {
         guard (1...255).contains(text.utf8.count), text.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
@@ -224,16 +267,31 @@ struct AdminController {
         return text
     }
 
-    static func checkAmounts(kind: ProductKind, coins: Int?, durationDays: Int?) throws {
+    /// `coins` belongs to consumables and `durationDays` to non-renewing products: each is required at
+    /// creation and range-checked for its kind, and ignored (never stored) for any other kind, at creation as
+    /// in a patch. In a patch, absent means unchanged.
+    static func checkAmounts(kind: ProductKind, coins: Int?, durationDays: Int?, patch: Bool = false) throws -> (coins: Int?, durationDays: Int?) {
+        var amounts: (coins: Int?, durationDays: Int?) = (nil, nil)
         if kind == .consumable {
-            guard let coins else { throw APIError.missingField("coins") }
-            guard coins > 0, coins <= 1_000_000_000 else { throw APIError.invalid("coins", code: "invalid_coins", "coins must be a positive whole number") }
+            guard let coins else {
+                if patch { return amounts }
+                throw APIError.missingField("coins")
+            }
+            guard (1...1_000_000_000).contains(coins) else {
+                throw APIError.invalid("coins", code: "invalid_coins", "coins must be a whole number from 1 to 1000000000")
+            }
+            amounts.coins = coins
         }
         if kind == .nonRenewing {
-            guard let durationDays else { throw APIError.missingField("durationDays") }
+            guard let durationDays else {
+                if patch { return amounts }
+                throw APIError.missingField("durationDays")
+            }
             guard (1...36_500).contains(durationDays) else {
                 throw APIError.invalid("durationDays", code: "invalid_duration", "durationDays must be 1-36500")
             }
+            amounts.durationDays = durationDays
         }
+        return amounts
     }
 }

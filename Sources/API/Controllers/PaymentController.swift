@@ -12,11 +12,7 @@ struct PaymentController {
 
     @Sendable func submit(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         let publisher = try context.requirePublisher()
-        guard Self.isJSON(request.headers[.contentType]) else {
-            throw APIError(.unsupportedMediaType, code: "unsupported_media_type", "Content-Type must be application/json")
-        }
-        let body = try await request.body.collect(upTo: APILimits.maxBodyBytes)
-        let submission = try PaymentSubmission(body: body)
+        let submission = try PaymentSubmission(json: try await JSONObject.read(request))
 
         let key = "\(publisher.id)|\(submission.offerId)"
         let products = try await self.services.offers.value(for: key) {
@@ -51,11 +47,5 @@ struct PaymentController {
         let message: String
         let jobId: String
         let status: String
-    }
-
-    static func isJSON(_ contentType: String?) -> Bool {
-        guard let contentType else { return false }
-        let mediaType = contentType.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
-        return mediaType == "application/json"
     }
 }

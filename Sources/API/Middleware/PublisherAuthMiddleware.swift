@@ -1,5 +1,6 @@
 import HTTPTypes
 import Hummingbird
+import Logging
 import Shared
 
 /// Authenticates a publisher by both of its credentials: `X-Publisher-Token` and HTTP Basic, then takes
@@ -8,37 +9,59 @@ import Shared
 /// The token's hash finds the publisher (a cache avoids a database round trip on most requests); the
 /// Basic password's hash is compared in constant time. Any failure is the same 401, so a caller cannot
 /// tell which credential was wrong.
+///
+/// Where ``acceptsCustomerTokens`` is set (the access status), an app may instead present
+/// `Authorization: Bearer <customerToken>`: the request then acts for the token's publisher and may only
+/// ask about the token's customer. A customer token sent along with another publisher's
+/// `X-Publisher-Token` is refused.
 struct PublisherAuthMiddleware: RouterMiddleware {
     typealias Context = TollgateRequestContext
 
     let authenticator: PublisherAuthenticator
     let rateLimiter: RateLimiter
+    var acceptsCustomerTokens = false
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard let token = request.headers[.publisherToken], !token.isEmpty,
-            let basic = Credentials.basic(request.headers[.authorization]),
-            let publisher = try await self.authenticator.authenticate(token: token, username: basic.username, password: basic.password)
-        else { throw APIError.unauthorized }
-        if let wait = try await self.rateLimit(publisher, context: context) {
-            throw APIError(.tooManyRequests, code: "rate_limited", "too many requests for this publisher; retry later", retryAfter: wait)
-        }
         var context = context
+        let authorization = request.headers[.authorization]
+        let publisher: Publisher
+        if self.acceptsCustomerTokens, let bearer = Credentials.bearer(authorization) {
+            guard let (tokenPublisher, identity) = try await self.authenticator.authenticate(customerToken: bearer) else {
+                throw APIError.unauthorized
+            }
+            if let token = request.headers[.publisherToken] {
+                guard try await self.authenticator.publisher(token: token)?.id == tokenPublisher.id else { throw APIError.unauthorized }
+            }
+            publisher = tokenPublisher
+            context.customerEmail = identity.customerEmail
+        } else {
+            guard let token = request.headers[.publisherToken], !token.isEmpty, let basic = Credentials.basic(authorization),
+                let found = try await self.authenticator.authenticate(token: token, username: basic.username, password: basic.password)
+            else { throw APIError.unauthorized }
+            publisher = found
+        }
+        try await self.rateLimiter.admit(publisher, logger: context.logger)
         context.publisher = publisher
         context.logger[metadataKey: "publisher"] = "\(publisher.id.uuidString.lowercased())"
         return try await next(request, context)
     }
 }
 
-extension PublisherAuthMiddleware {
-    /// The wait before the publisher's next request, or `nil` to let it through. The limit fails open while
-    /// Redis is away: it protects capacity, it decides nothing, and the route itself answers 503 if it
-    /// needs Redis (bad input still gets its 4xx).
-    func rateLimit(_ publisher: Publisher, context: Context) async throws -> Int? {
+extension RateLimiter {
+    /// Takes one token of the publisher's bucket, or throws 429 with the wait in `Retry-After`.
+    ///
+    /// The limit fails open while Redis is away: it protects capacity, it decides nothing, and the route
+    /// itself answers 503 if it needs Redis (bad input still gets its 4xx).
+    func admit(_ publisher: Publisher, logger: Logger) async throws {
+        let wait: Int?
         do {
-            return try await self.rateLimiter.take(publisherId: publisher.id)
+            wait = try await self.take(publisherId: publisher.id)
         } catch let error as RedisError where error.isUnavailable {
-            context.logger.debug("rate limit skipped: Redis unavailable")
-            return nil
+            logger.debug("rate limit skipped: Redis unavailable")
+            return
+        }
+        if let wait {
+            throw APIError(.tooManyRequests, code: "rate_limited", "too many requests for this publisher; retry later", retryAfter: wait)
         }
     }
 }

@@ -13,7 +13,11 @@ struct PaymentSubmission: Equatable {
     /// Parses and checks every field: 400 for malformed JSON or a missing/ill-typed field, 422 for a
     /// well-formed value that cannot be used.
     init(body: ByteBuffer) throws {
-        let json = try JSONObject(body: body)
+        try self.init(json: JSONObject(body: body))
+    }
+
+    /// Checks the fields of a parsed body.
+    init(json: JSONObject) throws {
         let email = try json.requiredString("customerEmail")
         let offer = try json.requiredString("offerId")
         guard let receipt = try json.object("receipt") else { throw APIError.missingField("receipt") }

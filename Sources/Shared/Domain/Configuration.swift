@@ -39,6 +39,8 @@ public struct Configuration: Sendable {
     public var shutdownGraceSeconds: Int
     /// `TOLLGATE_TOKEN_SECRET`; `nil` refuses customer tokens.
     public var tokenSecret: String?
+    /// `TOLLGATE_CUSTOMER_TOKEN_TTL_S`: how long a customer token is valid (default 15 minutes).
+    public var customerTokenLifetimeSeconds: Int
     /// `TOLLGATE_RATE_LIMIT_PER_S` (0 disables the limit).
     public var rateLimitPerSecond: Int
     /// `TOLLGATE_RATE_LIMIT_BURST`.
@@ -103,6 +105,7 @@ public struct Configuration: Sendable {
         self.claimMinIdleMilliseconds = try reader.int("TOLLGATE_CLAIM_MIN_IDLE_MS", default: 60_000, range: 100...86_400_000)
         self.shutdownGraceSeconds = try reader.int("TOLLGATE_SHUTDOWN_GRACE_S", default: 25, range: 0...3600)
         self.tokenSecret = try reader.optionalSecret("TOLLGATE_TOKEN_SECRET", minimumLength: 32)
+        self.customerTokenLifetimeSeconds = try reader.int("TOLLGATE_CUSTOMER_TOKEN_TTL_S", default: 900, range: 60...86_400)
         self.rateLimitPerSecond = try reader.int("TOLLGATE_RATE_LIMIT_PER_S", default: 1000, range: 0...10_000_000)
         self.rateLimitBurst = try reader.int("TOLLGATE_RATE_LIMIT_BURST", default: 2000, range: 0...10_000_000)
         let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "worker"

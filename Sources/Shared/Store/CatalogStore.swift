@@ -36,7 +36,7 @@ public struct CatalogStore: Sendable {
         )
         guard let row = result.first else { return nil }
         return PublisherAuthRecord(
-            publisher: Publisher(id: try row.decode(UUID.self, "id"), name: try row.decode(String.self, "name"), enabled: try row.decode(Bool.self, "enabled")),
+            publisher: try Self.publisher(row),
             username: try row.decode(String.self, "basic_username"),
             passwordHash: try row.decode(PostgresBytes.self, "basic_password_hash").bytes
         )
@@ -44,7 +44,45 @@ public struct CatalogStore: Sendable {
 
     /// Whether a publisher exists.
     public func publisherExists(_ id: UUID) async throws -> Bool {
-        try await self.database.query("SELECT 1 FROM publishers WHERE id = $1", [id]).first != nil
+        try await self.publisher(id: id) != nil
+    }
+
+    /// One publisher.
+    public func publisher(id: UUID) async throws -> Publisher? {
+        try await self.database.query("SELECT id, name, enabled FROM publishers WHERE id = $1", [id]).first.map(Self.publisher)
+    }
+
+    /// Every publisher, oldest first.
+    public func publishers() async throws -> [Publisher] {
+        try await self.database.query("SELECT id, name, enabled FROM publishers ORDER BY created_at, id").rows.map(Self.publisher)
+    }
+
+    /// Enables or disables a publisher; `nil` when there is no such publisher.
+    public func setPublisher(id: UUID, enabled: Bool) async throws -> Publisher? {
+        try await self.database.query(
+            "UPDATE publishers SET enabled = $2, updated_at = now() WHERE id = $1 RETURNING id, name, enabled", [id, enabled]
+        ).first.map(Self.publisher)
+    }
+
+    /// Replaces both of a publisher's credentials with fresh ones; the old ones stop matching at once (API
+    /// processes forget them within their cache lifetime). `nil` when there is no such publisher.
+    public func rotateCredentials(id: UUID) async throws -> (Publisher, PublisherCredentials)? {
+        let credentials = PublisherCredentials.generate()
+        let result = try await self.database.query(
+            """
+            UPDATE publishers SET token_hash = $2, basic_username = $3, basic_password_hash = $4, updated_at = now()
+            WHERE id = $1 RETURNING id, name, enabled
+            """,
+            [
+                id, PostgresBytes(PublisherCredentials.hash(credentials.publisherToken)), credentials.username,
+                PostgresBytes(PublisherCredentials.hash(credentials.password)),
+            ]
+        )
+        return try result.first.map { (try Self.publisher($0), credentials) }
+    }
+
+    private static func publisher(_ row: PostgresRow) throws -> Publisher {
+        Publisher(id: try row.decode(UUID.self, "id"), name: try row.decode(String.self, "name"), enabled: try row.decode(Bool.self, "enabled"))
     }
 
     // MARK: Apps

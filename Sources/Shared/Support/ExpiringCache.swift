@@ -34,6 +34,11 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
         return value
     }
 
+    /// Forgets every key.
+    public func removeAll() {
+        self.entries.withLock { $0.removeAll() }
+    }
+
     /// Forgets one key.
     public func remove(_ key: Key) {
         _ = self.entries.withLock { $0.removeValue(forKey: key) }

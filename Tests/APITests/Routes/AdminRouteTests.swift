@@ -110,6 +110,13 @@ struct AdminRouteTests {
                 try await api.admin(.post, "/admin/v1/publishers", json: ["name": String(repeating: "n", count: 201)]),
                 .unprocessableContent, code: "invalid_name", field: "name"
             )
+            // 150 letters with a combining accent each: 150 characters to Swift, 300 code points to PostgreSQL.
+            expectError(
+                try await api.admin(.post, "/admin/v1/publishers", json: ["name": String(repeating: "e\u{301}", count: 150)]),
+                .unprocessableContent, code: "invalid_name", field: "name"
+            )
+            // PostgreSQL text cannot hold NUL: refused rather than stored cut short.
+            expectError(try await api.admin(.post, "/admin/v1/publishers", json: ["name": "a\u{0}b"]), .unprocessableContent, code: "invalid_character", field: "name")
             var json = bearer
             json[.contentType] = "application/json"
             expectError(try await api.send(.post, "/admin/v1/publishers", headers: json, body: "{name"), .badRequest, code: "malformed_json")
@@ -351,6 +358,18 @@ struct AdminRouteTests {
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["enabled": "false"]), .badRequest, code: "invalid_type", field: "enabled")
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["enabled": 0]), .badRequest, code: "invalid_type", field: "enabled")
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["coins": 0]), .unprocessableContent, code: "invalid_coins", field: "coins")
+            expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["coins": 3_000_000_000]), .unprocessableContent, code: "invalid_coins", field: "coins")
+            expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["title": "a\u{0}b"]), .unprocessableContent, code: "invalid_character", field: "title")
+            // Amounts of another kind are ignored, never stored (the database would refuse some of them).
+            let pass = try #require(tenant.productIds[Tenant.Offer.pass])
+            let lifetime = try #require(tenant.productIds[Tenant.Offer.lifetime])
+            for (id, body) in [(coins, ["durationDays": 0]), (lifetime, ["coins": -1, "durationDays": 0]), (pass, ["coins": 5])] {
+                let response = try await api.admin(.patch, "/admin/v1/products/\(id)", json: body)
+                #expect(response.status == .ok, "\(body): \(response.text)")
+                let json = try response.json()
+                #expect(json["coins"] as? Int == (id == coins ? 100 : nil))
+                #expect(json["durationDays"] as? Int == (id == pass ? 30 : nil))
+            }
             let product = try await api.admin(.get, "/admin/v1/products?publisherId=\(tenant.publisherId)").json()
             let listed = try #require((product["products"] as? [[String: Any]])?.first { $0["id"] as? String == coins })
             #expect(listed["enabled"] as? Bool == true)

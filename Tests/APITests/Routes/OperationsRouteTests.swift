@@ -23,6 +23,19 @@ struct OperationsRouteTests {
         }
     }
 
+    @Test("/openapi.yaml serves the repository's openapi.yaml byte for byte, without credentials")
+    func openAPI() async throws {
+        try await APIHarness.withAPI { api in
+            let response = try await api.send(.get, "/openapi.yaml")
+            #expect(response.status == .ok)
+            #expect(response.headers[.contentType]?.hasPrefix("application/yaml") == true)
+            let file = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../../openapi.yaml").standardized
+            let onDisk = try Data(contentsOf: file)
+            #expect(Data(response.body.readableBytesView) == onDisk)
+            #expect(response.text.hasPrefix("openapi: 3."))
+        }
+    }
+
     @Test("/metrics serves the registry the router was given, as Prometheus text")
     func metrics() async throws {
         try await APIHarness.withAPI { api in

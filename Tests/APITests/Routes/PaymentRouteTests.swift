@@ -183,7 +183,7 @@ struct PaymentRouteTests {
         Refusal(name: "appType android", body: Self.valid { $0["appType"] = "android" }, status: .unprocessableContent, code: "invalid_app_type", field: "appType"),
         Refusal(name: "bad email", body: Self.valid { $0["customerEmail"] = "viewer.example.com" }, status: .unprocessableContent, code: "invalid_email", field: "customerEmail"),
         Refusal(name: "bad ipAddress", body: Self.valid { $0["ipAddress"] = "300.1.2.3" }, status: .unprocessableContent, code: "invalid_ip_address", field: "ipAddress"),
-        Refusal(name: "ipAddress with an embedded NUL", body: Self.valid { $0["ipAddress"] = "192.168.1.1\u{0}<b>" }, status: .unprocessableContent, code: "invalid_ip_address", field: "ipAddress"),
+        Refusal(name: "ipAddress with an embedded NUL", body: Self.valid { $0["ipAddress"] = "192.168.1.1\u{0}<b>" }, status: .unprocessableContent, code: "invalid_character", field: "ipAddress"),
         Refusal(name: "text/plain", contentType: "text/plain", body: Self.valid(), status: .unsupportedMediaType, code: "unsupported_media_type"),
         Refusal(name: "no Content-Type", contentType: nil, body: Self.valid(), status: .unsupportedMediaType, code: "unsupported_media_type"),
         Refusal(name: "form content type", contentType: "application/x-www-form-urlencoded", body: Self.valid(), status: .unsupportedMediaType, code: "unsupported_media_type"),

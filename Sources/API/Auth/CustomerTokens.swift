@@ -1,0 +1,64 @@
+import Foundation
+import JWTKit
+
+/// Customer tokens: short-lived JWTs (HS256, signed with `TOLLGATE_TOKEN_SECRET`) that a publisher obtains
+/// for one of its customers and hands to an app, so the app can read that customer's access and nothing else.
+///
+/// A token names its publisher (`aud`) and its customer (`sub`), and expires (`exp`). Anything else —
+/// another signature, another algorithm, a missing or past `exp`, a foreign issuer — is refused.
+struct CustomerTokens: Sendable {
+    /// What a valid token says.
+    struct Identity: Sendable, Equatable {
+        let publisherId: UUID
+        let customerEmail: String
+    }
+
+    /// The signed claims.
+    struct Payload: JWTPayload, Equatable {
+        var iss: IssuerClaim
+        var aud: AudienceClaim
+        var sub: SubjectClaim
+        var iat: IssuedAtClaim
+        var exp: ExpirationClaim
+
+        func verify(using algorithm: some JWTAlgorithm) async throws {
+            try self.exp.verifyNotExpired()
+            guard self.iss.value == CustomerTokens.issuer else { throw JWTError.claimVerificationFailure(failedClaim: self.iss, reason: "issuer") }
+        }
+    }
+
+    static let issuer = "tollgate"
+
+    private let keys: JWTKeyCollection
+    /// How long a token is valid.
+    let lifetimeSeconds: Int
+
+    init(secret: String, lifetimeSeconds: Int) async {
+        self.keys = JWTKeyCollection()
+        await self.keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+        self.lifetimeSeconds = lifetimeSeconds
+    }
+
+    /// A token for one customer of one publisher, and when it expires.
+    func issue(publisherId: UUID, customerEmail: String, now: Date = Date()) async throws -> (token: String, expiresAt: Date) {
+        // Whole seconds: JWT dates are NumericDate, and the answer's `expiresAt` must equal the token's.
+        let issued = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
+        let expires = issued.addingTimeInterval(Double(self.lifetimeSeconds))
+        let payload = Payload(
+            iss: IssuerClaim(value: Self.issuer), aud: AudienceClaim(value: [publisherId.uuidString.lowercased()]),
+            sub: SubjectClaim(value: customerEmail), iat: IssuedAtClaim(value: issued), exp: ExpirationClaim(value: expires)
+        )
+        return (try await self.keys.sign(payload), expires)
+    }
+
+    /// The identity a token proves, or `nil` for any token that is not valid now.
+    func verify(_ token: String) async -> Identity? {
+        // Tokens are a few hundred bytes; refuse to parse anything absurd.
+        guard token.utf8.count <= 2048,
+            let payload = try? await self.keys.verify(token, as: Payload.self),
+            payload.aud.value.count == 1, let publisherId = UUID(uuidString: payload.aud.value[0]),
+            !payload.sub.value.isEmpty
+        else { return nil }
+        return Identity(publisherId: publisherId, customerEmail: payload.sub.value)
+    }
+}

@@ -1,0 +1,57 @@
+import Foundation
+import Shared
+
+/// Checks publisher credentials and customer tokens, caching publisher look-ups for a few seconds: a request
+/// costs no database round trip for auth, and a disabled publisher or rotated credentials stop working on
+/// every API process within ``cacheLifetime`` seconds.
+struct PublisherAuthenticator: Sendable {
+    static let cacheLifetime = 5.0
+
+    let catalog: CatalogStore
+    /// `nil` when `TOLLGATE_TOKEN_SECRET` is unset: customer tokens are refused.
+    let customerTokens: CustomerTokens?
+    private let byToken = ExpiringCache<[UInt8], PublisherAuthRecord>(lifetime: Self.cacheLifetime)
+    private let byId = ExpiringCache<UUID, Publisher>(lifetime: Self.cacheLifetime)
+
+    init(catalog: CatalogStore, customerTokens: CustomerTokens?) {
+        self.catalog = catalog
+        self.customerTokens = customerTokens
+    }
+
+    /// The enabled publisher holding both credentials, or `nil`.
+    func authenticate(token: String, username: String, password: String) async throws -> Publisher? {
+        guard let record = try await self.record(token: token) else { return nil }
+        let userMatches = PublisherCredentials.constantTimeEquals(Array(username.utf8), Array(record.username.utf8))
+        let passwordMatches = PublisherCredentials.constantTimeEquals(PublisherCredentials.hash(password), record.passwordHash)
+        return userMatches && passwordMatches ? record.publisher : nil
+    }
+
+    /// The enabled publisher whose `X-Publisher-Token` this is (the Basic half is not checked).
+    func publisher(token: String) async throws -> Publisher? {
+        try await self.record(token: token)?.publisher
+    }
+
+    /// The customer a valid token names, with its publisher, which must exist and be enabled.
+    func authenticate(customerToken: String) async throws -> (Publisher, CustomerTokens.Identity)? {
+        guard let identity = await self.customerTokens?.verify(customerToken),
+            let publisher = try await self.byId.value(for: identity.publisherId, load: { try await self.catalog.publisher(id: identity.publisherId) }),
+            publisher.enabled
+        else { return nil }
+        return (publisher, identity)
+    }
+
+    /// Forgets every cached publisher, after an admin change in this process, so it applies here at once
+    /// (other processes follow within ``cacheLifetime``).
+    func forgetCachedPublishers() {
+        self.byToken.removeAll()
+        self.byId.removeAll()
+    }
+
+    private func record(token: String) async throws -> PublisherAuthRecord? {
+        let tokenHash = PublisherCredentials.hash(token)
+        guard let record = try await self.byToken.value(for: tokenHash, load: { try await self.catalog.publisherAuth(tokenHash: tokenHash) }),
+            record.publisher.enabled
+        else { return nil }
+        return record
+    }
+}
