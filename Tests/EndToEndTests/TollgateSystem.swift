@@ -102,6 +102,8 @@ final class TollgateSystem: @unchecked Sendable {
         let status: Int
         let headers: [String: String]
         let json: [String: Any]
+        /// The body as text.
+        let text: String
     }
 
     func request(_ method: HTTPMethod, _ path: String, headers: [String: String] = [:], json: Any? = nil, base: String? = nil) async throws -> Reply {
@@ -117,7 +119,7 @@ final class TollgateSystem: @unchecked Sendable {
         let object = (try? JSONSerialization.jsonObject(with: Data(body.readableBytesView))) as? [String: Any] ?? [:]
         var replyHeaders: [String: String] = [:]
         for header in response.headers { replyHeaders[header.name.lowercased()] = header.value }
-        return Reply(status: Int(response.status.code), headers: replyHeaders, json: object)
+        return Reply(status: Int(response.status.code), headers: replyHeaders, json: object, text: String(buffer: body))
     }
 
     var admin: [String: String] { ["Authorization": "Bearer \(self.adminToken)"] }
