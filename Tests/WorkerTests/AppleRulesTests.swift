@@ -176,7 +176,7 @@ struct AppleRulesTests {
 
     /// A transport failure (fail mode) on the first call.
     enum Transport: String, CaseIterable, Sendable {
-        case http429, http500, http503, html, empty, truncated, timeout
+        case http429, http500, http503, html, empty, truncated, malformed, oversized, timeout
     }
 
     @Test("HTTP 429/5xx, a body that is not Apple's JSON, or a timeout on the first call: retrying, then granted", arguments: Transport.allCases)

@@ -1,7 +1,7 @@
 /// How an injected failure is answered, chosen globally (`--fail-mode`) or per scenario (`fail.mode`).
 ///
 /// The cases cover what a real verifyReceipt client meets in production: HTTP errors from Apple's
-/// front ends, a hung connection, a captive portal or proxy page, an empty or cut body, and Apple's own
+/// front ends, a hung connection, a captive portal or proxy page, an empty, cut, ill-shaped or huge body, and Apple's own
 /// "try again" statuses delivered with HTTP 200.
 enum FailMode: String, CaseIterable, Codable, Sendable {
     /// HTTP 500 with an empty body.
@@ -18,6 +18,10 @@ enum FailMode: String, CaseIterable, Codable, Sendable {
     case empty
     /// HTTP 200 with a JSON body cut in half.
     case truncated
+    /// HTTP 200 with JSON of the wrong shape: `status` a string, `receipt` an array.
+    case malformed
+    /// HTTP 200 with 20 MiB of JSON, more than any verifyReceipt client should read.
+    case oversized
     /// HTTP 200 `{"status":21002}`: Apple's "malformed or temporary issue".
     case status21002
     /// HTTP 200 `{"status":21005}`: Apple's "receipt server unavailable".

@@ -9,6 +9,16 @@ enum FaultResponder {
         return String(whole.prefix(whole.count / 2))
     }()
 
+    private static let malformedBody = #"{"status":"zero","environment":7,"receipt":[{"bundle_id":null}],"latest_receipt_info":"none"}"#
+
+    /// 20 MiB of well-formed JSON, built on first use only.
+    private static let oversizedBody: ByteBuffer = {
+        var buffer = ByteBuffer(string: #"{"status":0,"environment":"Production","padding":""#)
+        buffer.writeRepeatingByte(UInt8(ascii: "A"), count: 20 << 20)
+        buffer.writeString(#""}"#)
+        return buffer
+    }()
+
     private static let htmlBody = "<!DOCTYPE html><html><head><title>503 Service Temporarily Unavailable</title></head><body><h1>Service Temporarily Unavailable</h1></body></html>"
 
     /// The response for `mode`; `timeout` first holds the request for `holdMs` (without blocking a thread,
@@ -38,6 +48,14 @@ enum FaultResponder {
                 headers: [.contentType: "application/json"],
                 body: ResponseBody(byteBuffer: ByteBuffer(string: truncatedBody))
             )
+        case .malformed:
+            return Response(
+                status: .ok,
+                headers: [.contentType: "application/json"],
+                body: ResponseBody(byteBuffer: ByteBuffer(string: malformedBody))
+            )
+        case .oversized:
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: oversizedBody))
         case .status21002:
             return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21002))
         case .status21005:
