@@ -16,12 +16,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     // Blocking reads hold their connection, so they get a client of their own.
     let reader = RedisClient(configuration: configuration.redis, connections: 1)
     let database = PostgresClient(url: configuration.databaseURL, connections: configuration.databasePoolSize)
-    var httpConfiguration = HTTPClient.Configuration()
-    httpConfiguration.connectionPool = .init(
-        idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.workerConcurrency
-    )
-    httpConfiguration.timeout = .init(connect: .milliseconds(Int64(min(configuration.appleTimeoutMilliseconds, 10_000))))
-    let http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: httpConfiguration)
+    let http = VerifyReceiptClient.makeHTTPClient(configuration: configuration)
 
     let queue = ReceiptQueue(redis: redis, prefix: configuration.queuePrefix)
     await prepare(queue: queue, redis: redis, logger: logger)

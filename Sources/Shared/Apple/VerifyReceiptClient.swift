@@ -27,6 +27,17 @@ public struct VerifyReceiptClient: Sendable {
         self.timeout = .milliseconds(Int64(timeoutMilliseconds))
     }
 
+    /// The HTTP client the worker calls Apple with: a connection pool sized for
+    /// `TOLLGATE_WORKER_CONCURRENCY` calls in flight, a connect timeout, and async-http-client's default
+    /// TLS configuration, which verifies certificates against the system's trust roots. Nothing in the
+    /// configuration can turn verification off.
+    public static func makeHTTPClient(configuration: Configuration) -> HTTPClient {
+        var http = HTTPClient.Configuration()
+        http.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.workerConcurrency)
+        http.timeout = .init(connect: .milliseconds(Int64(min(configuration.appleTimeoutMilliseconds, 10_000))))
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
+    }
+
     /// The request body Apple documents ("requestBody").
     struct RequestBody: Encodable {
         let receiptData: String
