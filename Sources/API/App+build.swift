@@ -44,6 +44,7 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
     let application = Application(
         router: router,
         configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "tollgate-api"),
+        services: [QueueGauges(queue: services.queue, logger: logger)],
         onServerRunning: { channel in
             let port = channel.localAddress?.port ?? configuration.httpPort
             logger.info("listening", metadata: ["host": "\(configuration.httpHost)", "port": "\(port)"])
@@ -62,7 +63,7 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
 func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -> Router<TollgateRequestContext> {
     let router = Router(context: TollgateRequestContext.self)
     router.add(middleware: ErrorMiddleware())
-    router.add(middleware: MetricsMiddleware())
+    router.add(middleware: RequestMetricsMiddleware())
 
     OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database).register(on: router)
 

@@ -46,6 +46,7 @@ struct JobProcessor: Sendable {
             try? await self.queue.acknowledge(delivery)
         case .ready(let job, let attempt, let acceptedAt):
             logger[metadataKey: "attempt"] = "\(attempt)"
+            WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
             let outcome = await self.fulfiller.fulfil(job, logger: logger)
             WorkerMetrics.inFlight.decrement(by: 1)

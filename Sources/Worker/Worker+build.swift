@@ -57,6 +57,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
         services: [
             .init(service: operations),
             .init(service: promoter),
+            .init(service: QueueGauges(queue: queue, logger: logger)),
             .init(service: consumer),
         ],
         gracefulShutdownSignals: [.sigterm, .sigint],

@@ -14,9 +14,13 @@ enum WorkerMetrics {
         case .fail(let reason, _): outcome = "fail_\(reason.rawValue)"
         case .retry: outcome = "retry"
         }
-        Timer(label: "tollgate_apple_call_duration_seconds", dimensions: [("environment", environment), ("outcome", outcome)])
-            .recordNanoseconds(duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000)
+        Timer(label: "tollgate_apple_call_duration_seconds", dimensions: [
+            ("environment", environment), ("status", verdict.appleStatus.map(String.init) ?? "none"), ("outcome", outcome),
+        ]).record(duration: duration)
     }
+
+    /// One processing attempt of a job (a first try or a retry).
+    static let attempts = Counter(label: "tollgate_job_attempts_total")
 
     static func job(status: JobStatus, reason: JobReason?) {
         Counter(label: "tollgate_jobs_total", dimensions: [("status", status.rawValue), ("reason", reason?.rawValue ?? "")]).increment()
@@ -31,5 +35,6 @@ enum WorkerMetrics {
     /// Creates the metrics a scrape should show even before the first job (zero, not absent).
     static func register() {
         Self.inFlight.set(0)
+        Self.attempts.increment(by: 0)
     }
 }

@@ -22,6 +22,22 @@ public enum AppleVerdict: Sendable, Equatable {
         case failed(JobReason)
     }
 
+    /// Apple's `status` behind the verdict, or `nil` when no answer arrived (HTTP error, timeout, not JSON).
+    public var appleStatus: Int? {
+        switch self {
+        case .valid: return 0
+        case .askSandbox: return 21007
+        case .askProduction: return 21008
+        case .expired: return 21006
+        case .reject(_, let detail), .fail(_, let detail), .retry(let detail, _, _):
+            // classify(_:) writes "apple status N"; transport failures write something else.
+            guard detail.hasPrefix(Self.statusDetailPrefix) else { return nil }
+            return Int(detail.dropFirst(Self.statusDetailPrefix.count))
+        }
+    }
+
+    static let statusDetailPrefix = "apple status "
+
     /// Attempts allowed for statuses Apple documents as passing (21002 in outages), and for unknown ones.
     public static let malformedReceiptAttempts = 3
     /// Attempts allowed for a status Apple does not document.
@@ -29,7 +45,7 @@ public enum AppleVerdict: Sendable, Equatable {
 
     /// Classifies an answer that arrived as well-formed JSON.
     public static func classify(_ answer: AppleAnswer) -> AppleVerdict {
-        let detail = "apple status \(answer.status)"
+        let detail = "\(Self.statusDetailPrefix)\(answer.status)"
         switch answer.status {
         case 0:
             return .valid(answer)
