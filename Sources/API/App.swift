@@ -9,7 +9,7 @@ struct App: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tollgate-api",
         abstract: "Tollgate's HTTP API: accepts App Store receipts, answers access status.",
-        subcommands: [Serve.self, Migrate.self],
+        subcommands: [Serve.self, Migrate.self, Admin.self],
         defaultSubcommand: Serve.self
     )
 }

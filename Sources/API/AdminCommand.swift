@@ -1,0 +1,211 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+
+/// `tollgate-api admin …`: the admin API's actions from a shell, for operators without curl recipes.
+///
+/// Talks to a running API over HTTP (`--url`, `TOLLGATE_ADMIN_URL`) with `TOLLGATE_ADMIN_TOKEN` from the
+/// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal prints
+/// its message and exits 1.
+struct Admin: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run admin API actions against a running tollgate-api (TOLLGATE_ADMIN_TOKEN from the environment).",
+        subcommands: [Publishers.self, Apps.self, Products.self, Queue.self, DeadLetters.self, Requeue.self]
+    )
+
+    struct Connection: ParsableArguments {
+        @Option(help: "The API's base URL (default: TOLLGATE_ADMIN_URL, else http://127.0.0.1:8080).")
+        var url: String?
+
+        /// Sends one admin request and prints the answer; throws `ExitCode(1)` on a refusal.
+        func call(_ method: HTTPMethod, _ path: String, body: [String: Any]? = nil) async throws {
+            let environment = ProcessInfo.processInfo.environment
+            guard let token = environment["TOLLGATE_ADMIN_TOKEN"], !token.isEmpty else {
+                throw ValidationError("TOLLGATE_ADMIN_TOKEN is not set")
+            }
+            let base = (self.url ?? environment["TOLLGATE_ADMIN_URL"] ?? "http://127.0.0.1:8080").trimmingSuffix("/")
+            var request = HTTPClientRequest(url: base + "/admin/v1" + path)
+            request.method = method
+            request.headers.add(name: "Authorization", value: "Bearer \(token)")
+            if let body {
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])))
+            }
+            let response: HTTPClientResponse
+            let bytes: ByteBuffer
+            do {
+                response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+                bytes = try await response.body.collect(upTo: 16 << 20)
+            } catch {
+                FileHandle.standardError.write(Data("tollgate-api admin: cannot reach \(base): \(error)\n".utf8))
+                throw ExitCode(1)
+            }
+            let data = Data(bytes.readableBytesView)
+            let object = try? JSONSerialization.jsonObject(with: data)
+            guard (200..<300).contains(response.status.code) else {
+                let message = (object as? [String: Any])?["message"] as? String ?? String(decoding: data, as: UTF8.self)
+                FileHandle.standardError.write(Data("tollgate-api admin: \(response.status.code): \(message)\n".utf8))
+                throw ExitCode(1)
+            }
+            if let object, let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]) {
+                print(String(decoding: pretty, as: UTF8.self))
+            } else {
+                print(String(decoding: data, as: UTF8.self))
+            }
+        }
+    }
+
+    struct Publishers: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create, list, enable, disable publishers; rotate their credentials.",
+            subcommands: [Create.self, List.self, Enable.self, Disable.self, RotateCredentials.self]
+        )
+
+        struct Create: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Create a publisher; prints its credentials once.")
+            @OptionGroup var connection: Connection
+            @Option(help: "Its display name.") var name: String
+            func run() async throws { try await self.connection.call(.POST, "/publishers", body: ["name": self.name]) }
+        }
+
+        struct List: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "List publishers.")
+            @OptionGroup var connection: Connection
+            func run() async throws { try await self.connection.call(.GET, "/publishers") }
+        }
+
+        struct Enable: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Accept a publisher's credentials again.")
+            @OptionGroup var connection: Connection
+            @Argument(help: "The publisher id.") var publisherId: String
+            func run() async throws { try await self.connection.call(.PATCH, "/publishers/\(try pathSegment(self.publisherId))", body: ["enabled": true]) }
+        }
+
+        struct Disable: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Refuse a publisher's credentials and customer tokens (within seconds on every API process).")
+            @OptionGroup var connection: Connection
+            @Argument(help: "The publisher id.") var publisherId: String
+            func run() async throws { try await self.connection.call(.PATCH, "/publishers/\(try pathSegment(self.publisherId))", body: ["enabled": false]) }
+        }
+
+        struct RotateCredentials: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Replace a publisher's credentials; prints the new ones once.")
+            @OptionGroup var connection: Connection
+            @Argument(help: "The publisher id.") var publisherId: String
+            func run() async throws { try await self.connection.call(.POST, "/publishers/\(try pathSegment(self.publisherId))/credentials") }
+        }
+    }
+
+    struct Apps: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add apps to a publisher.", subcommands: [Create.self])
+
+        struct Create: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Add an app (bundle id) to a publisher.")
+            @OptionGroup var connection: Connection
+            @Option(help: "The publisher id.") var publisherId: String
+            @Option(help: "The app's bundle id.") var bundleId: String
+            @Option(help: "A file holding the app's App Store shared secret ('-' reads standard input); kept off the command line.")
+            var sharedSecretFile: String?
+            @Flag(help: "Refuse sandbox receipts for this app.") var noSandbox = false
+
+            func run() async throws {
+                var body: [String: Any] = ["bundleId": self.bundleId, "allowSandbox": !self.noSandbox]
+                if let path = self.sharedSecretFile {
+                    let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: path))
+                    body["sharedSecret"] = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                }
+                try await self.connection.call(.POST, "/publishers/\(try pathSegment(self.publisherId))/apps", body: body)
+            }
+        }
+    }
+
+    struct Products: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create, list, enable, disable products.", subcommands: [Create.self, List.self, Enable.self, Disable.self]
+        )
+
+        struct Create: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Create a product (offer) in a publisher's app.")
+            @OptionGroup var connection: Connection
+            @Option(help: "The publisher id.") var publisherId: String
+            @Option(help: "The app's bundle id.") var bundleId: String
+            @Option(help: "Apple's product identifier.") var productId: String
+            @Option(help: "The offer id (default: the product id).") var offerId: String?
+            @Option(help: "consumable, non_consumable, auto_renewable or non_renewing.") var kind: String
+            @Option(help: "Its title.") var title: String
+            @Option(help: "Its description.") var description: String?
+            @Option(help: "Coins credited per purchase (consumable).") var coins: Int?
+            @Option(help: "Days of access per purchase (non_renewing).") var durationDays: Int?
+            @Flag(help: "Create it disabled.") var disabled = false
+
+            func run() async throws {
+                var body: [String: Any] = [
+                    "publisherId": self.publisherId, "bundleId": self.bundleId, "productId": self.productId, "kind": self.kind,
+                    "title": self.title, "enabled": !self.disabled,
+                ]
+                body["offerId"] = self.offerId
+                body["description"] = self.description
+                body["coins"] = self.coins
+                body["durationDays"] = self.durationDays
+                try await self.connection.call(.POST, "/products", body: body)
+            }
+        }
+
+        struct List: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "List a publisher's products.")
+            @OptionGroup var connection: Connection
+            @Option(help: "The publisher id.") var publisherId: String
+            func run() async throws { try await self.connection.call(.GET, "/products?publisherId=\(try pathSegment(self.publisherId))") }
+        }
+
+        struct Enable: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Accept receipts for a product again.")
+            @OptionGroup var connection: Connection
+            @Argument(help: "The product id (UUID).") var id: String
+            func run() async throws { try await self.connection.call(.PATCH, "/products/\(try pathSegment(self.id))", body: ["enabled": true]) }
+        }
+
+        struct Disable: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(abstract: "Refuse new receipts for a product (422 unknown offer).")
+            @OptionGroup var connection: Connection
+            @Argument(help: "The product id (UUID).") var id: String
+            func run() async throws { try await self.connection.call(.PATCH, "/products/\(try pathSegment(self.id))", body: ["enabled": false]) }
+        }
+    }
+
+    struct Queue: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Queue counts: queued, processing, retrying, dead.")
+        @OptionGroup var connection: Connection
+        func run() async throws { try await self.connection.call(.GET, "/queue") }
+    }
+
+    struct DeadLetters: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List dead-lettered jobs with their reason and Apple's last answer.")
+        @OptionGroup var connection: Connection
+        @Option(help: "At most this many (1-1000).") var limit = 100
+        func run() async throws { try await self.connection.call(.GET, "/dead-letters?limit=\(self.limit)") }
+    }
+
+    struct Requeue: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Put a dead-lettered job back in the queue.")
+        @OptionGroup var connection: Connection
+        @Argument(help: "The job id.") var jobId: String
+        func run() async throws { try await self.connection.call(.POST, "/dead-letters/\(try pathSegment(self.jobId))/requeue") }
+    }
+}
+
+/// An id for a URL path: letters, digits and '-' only, so no argument can reach another route.
+private func pathSegment(_ id: String) throws -> String {
+    guard !id.isEmpty, id.count <= 64, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-") }) else {
+        throw ValidationError("'\(id)' is not an id")
+    }
+    return id
+}
+
+extension String {
+    fileprivate func trimmingSuffix(_ suffix: String) -> String {
+        self.hasSuffix(suffix) ? String(self.dropLast(suffix.count)) : self
+    }
+}

@@ -1,0 +1,104 @@
+import Foundation
+import Testing
+import TestSupport
+
+/// Issue #7: `tollgate-api admin …` runs the admin API's actions against a running API.
+@Suite("Admin CLI", .serialized)
+struct AdminCLITests {
+    struct Run {
+        let status: Int32
+        let output: String
+        let error: String
+
+        /// The output as a JSON object.
+        var json: [String: Any] {
+            (try? JSONSerialization.jsonObject(with: Data(self.output.utf8))) as? [String: Any] ?? [:]
+        }
+    }
+
+    /// Runs `tollgate-api admin <arguments>` with `token` as TOLLGATE_ADMIN_TOKEN (unset when `nil`).
+    static func admin(_ system: TollgateSystem, _ arguments: [String], token: String?, stdin: String? = nil) throws -> Run {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "\(try TestEnvironment.binDirectory())/tollgate-api")
+        process.arguments = ["admin"] + arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["TOLLGATE_ADMIN_TOKEN"] = token
+        environment["TOLLGATE_ADMIN_URL"] = system.apiBase
+        process.environment = environment
+        let output = Pipe()
+        let error = Pipe()
+        let input = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = input
+        try process.run()
+        input.fileHandleForWriting.write(Data((stdin ?? "").utf8))
+        try input.fileHandleForWriting.close()
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        let err = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), error: String(decoding: err, as: UTF8.self))
+    }
+
+    @Test("publishers, apps, products, queue and dead letters from the command line; refusals exit non-zero with the API's message")
+    func operatorSession() async throws {
+        let system = try await TollgateSystem()
+        do {
+            let token = system.adminToken
+            let created = try Self.admin(system, ["publishers", "create", "--name", "CLI Publisher"], token: token)
+            #expect(created.status == 0, "\(created.error)")
+            let publisherId = try #require(created.json["id"] as? String)
+            #expect(created.json["publisherToken"] is String)
+
+            let app = try Self.admin(
+                system, ["apps", "create", "--publisher-id", publisherId, "--bundle-id", "com.example.cli", "--shared-secret-file", "-"],
+                token: token, stdin: "cli-shared-secret\n"
+            )
+            #expect(app.status == 0, "\(app.error)")
+            #expect(app.json["bundleId"] as? String == "com.example.cli")
+            #expect(!app.output.contains("cli-shared-secret"))
+
+            let product = try Self.admin(system, [
+                "products", "create", "--publisher-id", publisherId, "--bundle-id", "com.example.cli", "--product-id", "cli.coins",
+                "--kind", "consumable", "--title", "Coins", "--coins", "50",
+            ], token: token)
+            #expect(product.status == 0, "\(product.error)")
+            #expect(product.json["offerId"] as? String == "cli.coins")
+            #expect(product.json["coins"] as? Int == 50)
+            let productId = try #require(product.json["id"] as? String)
+
+            let disabled = try Self.admin(system, ["products", "disable", productId], token: token)
+            #expect(disabled.json["enabled"] as? Bool == false)
+            let listed = try Self.admin(system, ["products", "list", "--publisher-id", publisherId], token: token)
+            #expect((listed.json["products"] as? [[String: Any]])?.count == 1)
+
+            let publishers = try Self.admin(system, ["publishers", "list"], token: token)
+            #expect((publishers.json["publishers"] as? [[String: Any]])?.first?["name"] as? String == "CLI Publisher")
+            let rotated = try Self.admin(system, ["publishers", "rotate-credentials", publisherId], token: token)
+            #expect(rotated.status == 0 && rotated.json["publisherToken"] as? String != created.json["publisherToken"] as? String)
+            #expect(try Self.admin(system, ["publishers", "disable", publisherId], token: token).json["enabled"] as? Bool == false)
+
+            let queue = try Self.admin(system, ["queue"], token: token)
+            #expect(Set(queue.json.keys) == ["queued", "processing", "retrying", "dead"])
+            #expect(try Self.admin(system, ["dead-letters"], token: token).json["deadLetters"] is [Any])
+
+            // Refusals: the API's message on stderr, exit 1; no token or a bad id: exit 64 (usage), no request made.
+            let unknown = try Self.admin(system, ["requeue", "00000000-0000-0000-0000-000000000000"], token: token)
+            #expect(unknown.status == 1)
+            #expect(unknown.error.contains("404"))
+            let wrong = try Self.admin(system, ["queue"], token: "wrong-admin-token-0123456789")
+            #expect(wrong.status == 1)
+            #expect(wrong.error.contains("401"))
+            let missing = try Self.admin(system, ["queue"], token: nil)
+            #expect(missing.status != 0)
+            #expect(missing.error.contains("TOLLGATE_ADMIN_TOKEN"))
+            let hostile = try Self.admin(system, ["requeue", "../publishers"], token: token)
+            #expect(hostile.status != 0)
+            #expect(hostile.error.contains("is not an id"))
+        } catch {
+            await system.shutdown()
+            throw error
+        }
+        await system.shutdown()
+    }
+}
