@@ -25,35 +25,119 @@ public struct JSONLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        var object: [String: Any] = [
-            "ts": Self.timestamp(),
-            "level": event.level.rawValue,
-            "label": self.label,
-            "msg": event.message.description,
-        ]
-        var merged = self.metadata
-        if let extra = event.metadata { merged.merge(extra) { _, new in new } }
-        for (key, value) in merged { object[key] = Self.json(value) }
-        guard var line = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return }
-        line.append(0x0a)
-        Self.lock.withLock { _ in FileHandle.standardError.write(line) }
-    }
-
-    private static func json(_ value: Logger.Metadata.Value) -> Any {
-        switch value {
-        case .string(let text): text
-        case .stringConvertible(let convertible): convertible.description
-        case .array(let values): values.map(Self.json)
-        case .dictionary(let values): values.mapValues(Self.json)
+        let line = self.line(level: event.level, message: event.message.description, metadata: event.metadata)
+        Self.lock.withLock { _ in
+            var line = line
+            line.withUTF8 { bytes in
+                var offset = 0
+                while offset < bytes.count {
+                    let written = write(2, bytes.baseAddress! + offset, bytes.count - offset)
+                    if written <= 0 {
+                        if written < 0, errno == EINTR { continue }
+                        return
+                    }
+                    offset += written
+                }
+            }
         }
     }
 
-    private static func timestamp() -> String {
-        let now = Date().timeIntervalSince1970
-        let seconds = Int64(now)
-        let millis = Int((now - Double(seconds)) * 1000)
-        return PostgresTimestamp.format(unixSeconds: seconds).replacingOccurrences(of: " ", with: "T")
-            + String(format: ".%03dZ", millis)
+    /// One log line, newline included.
+    func line(level: Logger.Level, message: String, metadata: Logger.Metadata?) -> String {
+        // Built by hand, not with JSONSerialization: this runs for every accepted receipt and every job,
+        // and Foundation's bridging cost more than the request's own work.
+        var line = "{\"ts\":\""
+        line.reserveCapacity(256)
+        Self.appendTimestamp(to: &line)
+        line += "\",\"level\":\""
+        line += level.rawValue
+        line += "\",\"label\":"
+        Self.appendString(self.label, to: &line)
+        line += ",\"msg\":"
+        Self.appendString(message, to: &line)
+        var merged = self.metadata
+        if let extra = metadata { merged.merge(extra) { _, new in new } }
+        for key in merged.keys.sorted() where !["ts", "level", "label", "msg"].contains(key) {
+            line += ","
+            Self.appendString(key, to: &line)
+            line += ":"
+            Self.append(merged[key]!, to: &line)
+        }
+        line += "}\n"
+        return line
+    }
+
+    static func append(_ value: Logger.Metadata.Value, to line: inout String) {
+        switch value {
+        case .string(let text):
+            Self.appendString(text, to: &line)
+        case .stringConvertible(let convertible):
+            Self.appendString(convertible.description, to: &line)
+        case .array(let values):
+            line += "["
+            for (index, element) in values.enumerated() {
+                if index > 0 { line += "," }
+                Self.append(element, to: &line)
+            }
+            line += "]"
+        case .dictionary(let values):
+            line += "{"
+            for (index, key) in values.keys.sorted().enumerated() {
+                if index > 0 { line += "," }
+                Self.appendString(key, to: &line)
+                line += ":"
+                Self.append(values[key]!, to: &line)
+            }
+            line += "}"
+        }
+    }
+
+    /// A JSON string literal (RFC 8259 escaping; `/` is left as is).
+    static func appendString(_ text: String, to line: inout String) {
+        line += "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": line += "\\\""
+            case "\\": line += "\\\\"
+            case "\n": line += "\\n"
+            case "\r": line += "\\r"
+            case "\t": line += "\\t"
+            case _ where scalar.value < 0x20 || scalar.value == 0x7f || scalar.value == 0x2028 || scalar.value == 0x2029:
+                line += "\\u"
+                let hex = String(scalar.value, radix: 16)
+                line += String(repeating: "0", count: 4 - hex.count) + hex
+            default: line.unicodeScalars.append(scalar)
+            }
+        }
+        line += "\""
+    }
+
+    /// `2026-11-21T18:04:40.573Z`.
+    static func appendTimestamp(to line: inout String) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var seconds = now.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) {
+            let digits = String(value)
+            if digits.count < width { line += String(repeating: "0", count: width - digits.count) }
+            line += digits
+        }
+        pad(parts.tm_year + 1900, 4)
+        line += "-"
+        pad(parts.tm_mon + 1, 2)
+        line += "-"
+        pad(parts.tm_mday, 2)
+        line += "T"
+        pad(parts.tm_hour, 2)
+        line += ":"
+        pad(parts.tm_min, 2)
+        line += ":"
+        pad(parts.tm_sec, 2)
+        line += "."
+        pad(Int32(now.tv_nsec / 1_000_000), 3)
+        line += "Z"
     }
 }
 
