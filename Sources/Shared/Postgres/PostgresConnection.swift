@@ -7,6 +7,10 @@ import Foundation
 /// thread at a time (the pool leases a connection to one caller).
 final class PostgresConnection {
     private let handle: OpaquePointer
+    /// Statements prepared on this session, by SQL text: parsed and planned once per connection, not per call.
+    private var prepared: [String: String] = [:]
+    /// Tollgate's statements are fixed strings; past this many, further texts run unprepared.
+    private static let maxPrepared = 512
 
     /// Connects with a `postgres://` URL; sessions run in UTC with ISO dates so timestamps parse back.
     init(url: String) throws {
@@ -40,9 +44,17 @@ final class PostgresConnection {
     var isInTransaction: Bool { PQtransactionStatus(self.handle) != PQTRANS_IDLE }
 
     /// Runs one statement with `$1…` parameters bound as text; values are never spliced into SQL.
+    ///
+    /// Queries and data changes are prepared once per connection (the server keeps their plans);
+    /// anything else (BEGIN, COMMIT, DDL) runs as is.
     func execute(_ sql: String, _ parameters: [String?]) throws -> PostgresResult {
+        let statement = try self.preparedName(for: sql, parameterCount: parameters.count)
         let result = Self.withOptionalCStrings(parameters) { values in
-            PQexecParams(self.handle, sql, Int32(parameters.count), nil, values, nil, nil, 0)
+            if let statement {
+                PQexecPrepared(self.handle, statement, Int32(parameters.count), values, nil, nil, 0)
+            } else {
+                PQexecParams(self.handle, sql, Int32(parameters.count), nil, values, nil, nil, 0)
+            }
         }
         guard let result else {
             throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
@@ -54,6 +66,27 @@ final class PostgresConnection {
         default:
             throw Self.error(from: result, healthy: self.isHealthy)
         }
+    }
+
+    /// The name of `sql` prepared on this session (preparing it now if needed), or `nil` to run it unprepared.
+    private func preparedName(for sql: String, parameterCount: Int) throws -> String? {
+        if let name = self.prepared[sql] { return name }
+        guard self.prepared.count < Self.maxPrepared, Self.isPreparable(sql) else { return nil }
+        let name = "tg_\(self.prepared.count + 1)"
+        guard let result = PQprepare(self.handle, name, sql, Int32(parameterCount), nil) else {
+            throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
+        }
+        defer { PQclear(result) }
+        guard PQresultStatus(result) == PGRES_COMMAND_OK else { throw Self.error(from: result, healthy: self.isHealthy) }
+        self.prepared[sql] = name
+        return name
+    }
+
+    /// Plannable statements: SELECT, INSERT, UPDATE, DELETE, WITH.
+    static func isPreparable(_ sql: String) -> Bool {
+        let head = sql.utf8.drop { $0 == 0x20 || $0 == 0x0a || $0 == 0x09 || $0 == 0x0d }.prefix(6)
+        let word = String(decoding: head, as: UTF8.self).uppercased()
+        return ["SELECT", "INSERT", "UPDATE", "DELETE"].contains(word) || word.hasPrefix("WITH ") || word.hasPrefix("WITH\n")
     }
 
     /// Runs SQL text with no parameters, several statements allowed (migrations). Values are never
