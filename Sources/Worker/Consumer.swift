@@ -24,7 +24,7 @@ struct Consumer: Service {
     func run() async throws {
         let stopping = Atomic<Bool>(false)
         let slots = AsyncSemaphore(slots: self.concurrency)
-        try await withGracefulShutdownHandler {
+        await withGracefulShutdownHandler {
             await withDiscardingTaskGroup { group in
                 var lastClaim = ContinuousClock.now
                 var claimCursor = "0-0"
@@ -33,6 +33,11 @@ struct Consumer: Service {
                 var failures = 0
                 while !stopping.load(ordering: .relaxed) {
                     await slots.acquire()
+                    // A SIGTERM that came while every slot was busy: take nothing new.
+                    if stopping.load(ordering: .relaxed) {
+                        slots.release()
+                        break
+                    }
                     let free = 1 + slots.tryAcquire(upTo: self.batch - 1)
                     let deliveries: [QueueDelivery]
                     do {

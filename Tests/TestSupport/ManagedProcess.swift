@@ -25,7 +25,7 @@ public final class ManagedProcess: @unchecked Sendable {
         for (key, value) in environment { merged[key] = value }
         if let portFileVariable { merged[portFileVariable] = self.portFile }
         process.environment = merged
-        FileManager.default.createFile(atPath: self.logPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: self.logPath, contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: self.logPath))
         process.standardOutput = log
         process.standardError = log

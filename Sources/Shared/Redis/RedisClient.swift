@@ -42,6 +42,7 @@ public final class RedisClient: Sendable {
     }
 
     /// Runs a script by SHA; loads it when Redis does not know it (first use, restart, `SCRIPT FLUSH`).
+    @discardableResult
     public func run(_ script: RedisScript, keys: [String], arguments: [String]) async throws -> RedisValue {
         let command = ["EVALSHA", script.sha, String(keys.count)] + keys + arguments
         do {
