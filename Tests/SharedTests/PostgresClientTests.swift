@@ -142,6 +142,41 @@ struct PostgresClientTests {
         }
     }
 
+    @Test("a pipeline runs its statements in order in one round trip; a failing one throws and skips the rest")
+    func pipeline() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("CREATE TABLE p (value int PRIMARY KEY)")
+            let results = try await client.withConnection { session in
+                try await session.pipeline([
+                    ("BEGIN", []), ("INSERT INTO p VALUES ($1)", [1]), ("INSERT INTO p VALUES ($1) RETURNING value * 10 AS ten", [2]),
+                    ("SELECT count(*)::int AS n FROM p", []), ("COMMIT", []),
+                ])
+            }
+            #expect(results.count == 5)
+            #expect(try results[2].first?.decode(Int.self, "ten") == 20)
+            #expect(try results[3].first?.decode(Int.self, "n") == 2)
+
+            // A duplicate key in the middle: the error is thrown, the statements after it do not run, and
+            // after a rollback the connection works (and nothing of the failed pipeline stayed).
+            let error = await #expect(throws: PostgresError.self) {
+                try await client.withConnection { session in
+                    do {
+                        try await session.pipeline([
+                            ("BEGIN", []), ("INSERT INTO p VALUES ($1)", [3]), ("INSERT INTO p VALUES ($1)", [1]),
+                            ("INSERT INTO p VALUES ($1)", [4]), ("COMMIT", []),
+                        ])
+                    } catch {
+                        await session.rollback()
+                        throw error
+                    }
+                }
+            }
+            #expect(error?.isUniqueViolation == true)
+            let values = try await client.query("SELECT value FROM p ORDER BY value").rows.map { try $0.decode(Int.self, "value") }
+            #expect(values == [1, 2])
+        }
+    }
+
     @Test("a unique violation is a server error with SQLSTATE 23505")
     func uniqueViolation() async throws {
         try await TestDatabase.withFresh(connections: 1) { client, _ in

@@ -136,6 +136,23 @@ public struct PostgresSession: Sendable {
         }
     }
 
+    /// Runs several statements in one round trip and returns their results in order; the first error is
+    /// thrown. Use it for statements that do not depend on each other's results (e.g. BEGIN and the first
+    /// statement, or the last writes and COMMIT).
+    @discardableResult
+    public func pipeline(_ statements: [(String, [any PostgresEncodable])]) async throws -> [PostgresResult] {
+        let texts = statements.map { (sql: $0.0, parameters: $0.1.map(\.postgresText)) }
+        let slot = self.slot
+        let url = self.url
+        return try await withCheckedThrowingContinuation { continuation in
+            self.threadPool.submit { _ in
+                continuation.resume(with: Result {
+                    try Self.withConnection(slot: slot, url: url) { try $0.executePipeline(texts) }
+                })
+            }
+        }
+    }
+
     /// Runs parameterless SQL text that may hold several statements (migrations).
     public func runScript(_ sql: String) async throws {
         let slot = self.slot
@@ -149,7 +166,8 @@ public struct PostgresSession: Sendable {
         }
     }
 
-    func rollback() async {
+    /// Ends a transaction that failed part-way (harmless when none is open).
+    public func rollback() async {
         do {
             try await self.query("ROLLBACK")
         } catch {

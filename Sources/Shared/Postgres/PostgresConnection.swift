@@ -68,6 +68,57 @@ final class PostgresConnection {
         }
     }
 
+    /// Runs several statements in one round trip (libpq's pipeline mode): all are sent, then all results
+    /// are read. After a failing statement the rest are skipped by the server; the first error is thrown
+    /// (inside a transaction, the caller rolls back as after any failed statement).
+    func executePipeline(_ statements: [(sql: String, parameters: [String?])]) throws -> [PostgresResult] {
+        // Preparing is a round trip of its own, done before the pipeline (once per connection and text).
+        let names = try statements.map { try self.preparedName(for: $0.sql, parameterCount: $0.parameters.count) }
+        guard PQenterPipelineMode(self.handle) == 1 else {
+            throw PostgresError(.connection, "cannot enter pipeline mode: \(Self.message(PQerrorMessage(self.handle)))")
+        }
+        defer { PQexitPipelineMode(self.handle) }
+        for (index, statement) in statements.enumerated() {
+            let sent = Self.withOptionalCStrings(statement.parameters) { values in
+                if let name = names[index] {
+                    PQsendQueryPrepared(self.handle, name, Int32(statement.parameters.count), values, nil, nil, 0)
+                } else {
+                    PQsendQueryParams(self.handle, statement.sql, Int32(statement.parameters.count), nil, values, nil, nil, 0)
+                }
+            }
+            guard sent == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+        }
+        guard PQpipelineSync(self.handle) == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+
+        var results: [PostgresResult] = []
+        var firstError: PostgresError?
+        for _ in statements {
+            var answer: PostgresResult?
+            // Each statement's results end with a NULL.
+            while let result = PQgetResult(self.handle) {
+                defer { PQclear(result) }
+                switch PQresultStatus(result) {
+                case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+                    answer = Self.rows(of: result)
+                case PGRES_PIPELINE_ABORTED:
+                    break
+                default:
+                    if firstError == nil { firstError = Self.error(from: result, healthy: self.isHealthy) }
+                }
+            }
+            guard self.isHealthy else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+            results.append(answer ?? PostgresResult(rows: [], affectedRows: 0))
+        }
+        // Then the sync point.
+        while let result = PQgetResult(self.handle) {
+            let status = PQresultStatus(result)
+            PQclear(result)
+            if status == PGRES_PIPELINE_SYNC { break }
+        }
+        if let firstError { throw firstError }
+        return results
+    }
+
     /// The name of `sql` prepared on this session (preparing it now if needed), or `nil` to run it unprepared.
     private func preparedName(for sql: String, parameterCount: Int) throws -> String? {
         if let name = self.prepared[sql] { return name }
