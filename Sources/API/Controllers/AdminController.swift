@@ -271,27 +271,24 @@ struct AdminController {
     /// creation and range-checked for its kind, and ignored (never stored) for any other kind, at creation as
     /// in a patch. In a patch, absent means unchanged.
     static func checkAmounts(kind: ProductKind, coins: Int?, durationDays: Int?, patch: Bool = false) throws -> (coins: Int?, durationDays: Int?) {
-        var amounts: (coins: Int?, durationDays: Int?) = (nil, nil)
-        if kind == .consumable {
-            guard let coins else {
-                if patch { return amounts }
-                throw APIError.missingField("coins")
-            }
-            guard (1...1_000_000_000).contains(coins) else {
-                throw APIError.invalid("coins", code: "invalid_coins", "coins must be a whole number from 1 to 1000000000")
-            }
-            amounts.coins = coins
+        (
+            try Self.amount(coins, field: "coins", appliesTo: kind == .consumable, range: 1...1_000_000_000, code: "invalid_coins", patch: patch),
+            try Self.amount(
+                durationDays, field: "durationDays", appliesTo: kind == .nonRenewing, range: 1...36_500, code: "invalid_duration", patch: patch
+            )
+        )
+    }
+
+    /// One amount where it applies: required (unless patching) and within `range`; elsewhere `nil`.
+    private static func amount(_ value: Int?, field: String, appliesTo applies: Bool, range: ClosedRange<Int>, code: String, patch: Bool) throws -> Int? {
+        guard applies else { return nil }
+        guard let value else {
+            if patch { return nil }
+            throw APIError.missingField(field)
         }
-        if kind == .nonRenewing {
-            guard let durationDays else {
-                if patch { return amounts }
-                throw APIError.missingField("durationDays")
-            }
-            guard (1...36_500).contains(durationDays) else {
-                throw APIError.invalid("durationDays", code: "invalid_duration", "durationDays must be 1-36500")
-            }
-            amounts.durationDays = durationDays
+        guard range.contains(value) else {
+            throw APIError.invalid(field, code: code, "\(field) must be a whole number from \(range.lowerBound) to \(range.upperBound)")
         }
-        return amounts
+        return value
     }
 }
