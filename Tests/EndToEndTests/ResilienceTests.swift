@@ -15,6 +15,22 @@ struct ResilienceTests {
     }
 
     /// Runs `body` with a system, always shutting it down.
+    /// Posts `count` coin purchases for customers `<emailPrefix><i>@example.com`, requiring each accepted; their job ids.
+    static func submitCoins(
+        _ system: TollgateSystem, _ publisher: TollgateSystem.Publisher, count: Int, emailPrefix: String, extra: [String: Any] = [:]
+    ) async throws -> [String] {
+        var jobs: [String] = []
+        for index in 0..<count {
+            let transaction = ScenarioReceipt.transactionId()
+            let reply = try await system.submit(
+                publisher, email: "\(emailPrefix)\(index)@example.com", offerId: "S200_US", transactionId: transaction,
+                receipt: Self.receipt(publisher, transaction, extra: extra)
+            )
+            jobs.append(try #require(reply.json["jobId"] as? String))
+        }
+        return jobs
+    }
+
     static func with(_ environment: [String: String] = [:], _ body: (TollgateSystem) async throws -> Void) async throws {
         let system = try await TollgateSystem(extraEnvironment: environment)
         do {
@@ -32,15 +48,7 @@ struct ResilienceTests {
             let worker = try await system.startWorker(name: "e2e-graceful")
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Each verification takes 300 ms, so the worker holds many jobs when the signal comes.
-            var jobs: [String] = []
-            for index in 0..<300 {
-                let transaction = ScenarioReceipt.transactionId()
-                let reply = try await system.submit(
-                    publisher, email: "g\(index)@example.com", offerId: "S200_US", transactionId: transaction,
-                    receipt: Self.receipt(publisher, transaction, extra: ["latencyMs": 300])
-                )
-                jobs.append(try #require(reply.json["jobId"] as? String))
-            }
+            let jobs = try await Self.submitCoins(system, publisher, count: 300, emailPrefix: "g", extra: ["latencyMs": 300])
             _ = try await Poll.until(timeout: .seconds(60), "jobs in flight") {
                 try await system.count("SELECT count(*) FROM wallet_entries") > 0 ? true : nil
             }
@@ -62,14 +70,7 @@ struct ResilienceTests {
     func trimmedEntries() async throws {
         try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in
             let publisher = try await system.createPublisher(products: [Self.coins])
-            var jobs: [String] = []
-            for index in 0..<20 {
-                let transaction = ScenarioReceipt.transactionId()
-                let reply = try await system.submit(
-                    publisher, email: "t\(index)@example.com", offerId: "S200_US", transactionId: transaction, receipt: Self.receipt(publisher, transaction)
-                )
-                jobs.append(try #require(reply.json["jobId"] as? String))
-            }
+            let jobs = try await Self.submitCoins(system, publisher, count: 20, emailPrefix: "t")
             // An operator trims the whole stream before any worker read it.
             let redis = try TestEnvironment.redis(connections: 1)
             try await redis.send("XTRIM", "\(system.prefix):{q}:jobs", "MAXLEN", "0")
@@ -88,14 +89,7 @@ struct ResilienceTests {
             try await system.startWorker(name: "e2e-outage")
             let publisher = try await system.createPublisher(products: [Self.coins])
             await system.stopEmulator()
-            var jobs: [String] = []
-            for index in 0..<20 {
-                let transaction = ScenarioReceipt.transactionId()
-                let reply = try await system.submit(
-                    publisher, email: "o\(index)@example.com", offerId: "S200_US", transactionId: transaction, receipt: Self.receipt(publisher, transaction)
-                )
-                jobs.append(try #require(reply.json["jobId"] as? String))
-            }
+            let jobs = try await Self.submitCoins(system, publisher, count: 20, emailPrefix: "o")
             // Watch one job retry. Each wait is drawn from a ceiling that doubles with the attempt (the policy's
             // bounds are unit-tested); here it must show as retrying, with its reason and next attempt.
             let watched = jobs[0]

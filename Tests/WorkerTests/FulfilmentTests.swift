@@ -29,28 +29,16 @@ struct FulfilmentTests {
 
     @Test("a sandbox receipt is asked again at the sandbox URL (21007) and granted there")
     func sandboxRedirect() async throws {
-        try await WorkerHarness.with { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox")
-            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
-            #expect(record.status == .granted)
-            #expect(record.environment == "Sandbox")
-        }
+        let record = try await Self.sandboxPurchase(allowSandbox: true)
+        #expect(record.status == .granted)
+        #expect(record.environment == "Sandbox")
     }
 
     @Test("a sandbox receipt for an app that does not allow sandbox is rejected sandbox_not_allowed")
     func sandboxNotAllowed() async throws {
-        try await WorkerHarness.with { harness in
-            try await harness.app(Self.bundle, allowSandbox: false)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox")
-            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
-            #expect(record.status == .rejected)
-            #expect(record.reason == "sandbox_not_allowed")
-        }
+        let record = try await Self.sandboxPurchase(allowSandbox: false)
+        #expect(record.status == .rejected)
+        #expect(record.reason == "sandbox_not_allowed")
     }
 
     enum Mismatch: String, CaseIterable, Sendable {
@@ -139,5 +127,18 @@ struct FulfilmentTests {
             #expect(record.reason == "apple_unavailable")
             #expect(record.attempts == 3)
         }
+    }
+
+    /// A sandbox receipt for a non-consumable, worked until its job is final.
+    static func sandboxPurchase(allowSandbox: Bool) async throws -> JobRecord {
+        var record: JobRecord?
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle, allowSandbox: allowSandbox)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox")
+            record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+        }
+        return try #require(record)
     }
 }

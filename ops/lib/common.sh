@@ -119,42 +119,43 @@ tg_port_owner() {
   fi
 }
 
-# Wait until HOST:PORT accepts TCP connections, for at most SECONDS.
-tg_wait_tcp() {
-  local host="$1" port="$2" seconds="$3" deadline
+# Run CHECK... every INTERVAL seconds until it succeeds, for at most SECONDS; WHAT names the wait in the
+# error. Optional PID (or ""): fail early when that process has exited.
+tg_wait_until() {
+  local seconds="$1" interval="$2" what="$3" pid="$4" deadline
+  shift 4
   deadline=$(( $(tg_now) + seconds ))
-  while true; do
-    if (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
-      return 0
-    fi
-    if (( $(tg_now) >= deadline )); then
-      printf '==> error: nothing accepts connections on %s:%s after %ss\n' "$host" "$port" "$seconds" >&2
+  until "$@"; do
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+      printf '==> error: process %s exited while waiting for %s\n' "$pid" "$what" >&2
       return 1
     fi
-    sleep 0.2
+    if (( $(tg_now) >= deadline )); then
+      printf '==> error: no %s within %ss\n' "$what" "$seconds" >&2
+      return 1
+    fi
+    sleep "$interval"
   done
 }
 
-# Wait until URL answers HTTP 200, for at most SECONDS. Optional PID: fail
-# early when that process has exited.
+# True when HOST:PORT accepts a TCP connection.
+tg_tcp_accepts() {
+  (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null
+}
+
+# True when URL answers HTTP 200.
+tg_http_ok() {
+  [[ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$1" 2>/dev/null || true)" == "200" ]]
+}
+
+# Wait until HOST:PORT accepts TCP connections, for at most SECONDS.
+tg_wait_tcp() {
+  tg_wait_until "$3" 0.2 "connections on $1:$2" "" tg_tcp_accepts "$1" "$2"
+}
+
+# Wait until URL answers HTTP 200, for at most SECONDS. Optional PID: fail early when that process has exited.
 tg_wait_http_ok() {
-  local url="$1" seconds="$2" pid="${3:-}" deadline code
-  deadline=$(( $(tg_now) + seconds ))
-  while true; do
-    code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url" 2>/dev/null || true)"
-    if [[ "$code" == "200" ]]; then
-      return 0
-    fi
-    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
-      printf '==> error: process %s exited while waiting for %s\n' "$pid" "$url" >&2
-      return 1
-    fi
-    if (( $(tg_now) >= deadline )); then
-      printf '==> error: %s did not answer 200 within %ss (last status: %s)\n' "$url" "$seconds" "${code:-none}" >&2
-      return 1
-    fi
-    sleep 0.5
-  done
+  tg_wait_until "$2" 0.5 "HTTP 200 from $1" "${3:-}" tg_http_ok "$1"
 }
 
 # ----------------------------------------------------------------- processes

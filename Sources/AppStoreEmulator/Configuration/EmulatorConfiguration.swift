@@ -60,11 +60,16 @@ struct EmulatorConfiguration: Equatable, Sendable {
             }
             configuration.portFile = portFile
         }
-        if let latency = raw("APPSTORE_EMULATOR_LATENCY_MS", overrides.latencyMs) {
-            guard let number = Int(latency), FaultSettings.isValidDuration(number) else {
-                throw ConfigurationError(variable: "APPSTORE_EMULATOR_LATENCY_MS", flag: "--latency-ms", value: latency, expected: "milliseconds from 0 to 3600000")
+        /// A duration in milliseconds within FaultSettings' bounds, when set.
+        func duration(_ variable: String, _ flag: String, _ override: String?) throws(ConfigurationError) -> Int? {
+            guard let text = raw(variable, override) else { return nil }
+            guard let number = Int(text), FaultSettings.isValidDuration(number) else {
+                throw ConfigurationError(variable: variable, flag: flag, value: text, expected: "milliseconds from 0 to 3600000")
             }
-            configuration.faults.latencyMs = number
+            return number
+        }
+        if let latency = try duration("APPSTORE_EMULATOR_LATENCY_MS", "--latency-ms", overrides.latencyMs) {
+            configuration.faults.latencyMs = latency
         }
         if let rate = raw("APPSTORE_EMULATOR_FAIL_RATE", overrides.failRate) {
             guard let number = Double(rate), FaultSettings.isValidRate(number) else {
@@ -78,11 +83,8 @@ struct EmulatorConfiguration: Equatable, Sendable {
             }
             configuration.faults.failMode = failMode
         }
-        if let hold = raw("APPSTORE_EMULATOR_TIMEOUT_HOLD_MS", overrides.timeoutHoldMs) {
-            guard let number = Int(hold), FaultSettings.isValidDuration(number) else {
-                throw ConfigurationError(variable: "APPSTORE_EMULATOR_TIMEOUT_HOLD_MS", flag: "--timeout-hold-ms", value: hold, expected: "milliseconds from 0 to 3600000")
-            }
-            configuration.faults.timeoutHoldMs = number
+        if let hold = try duration("APPSTORE_EMULATOR_TIMEOUT_HOLD_MS", "--timeout-hold-ms", overrides.timeoutHoldMs) {
+            configuration.faults.timeoutHoldMs = hold
         }
         if let level = raw("APPSTORE_EMULATOR_LOG_LEVEL", overrides.logLevel) {
             guard let logLevel = Logger.Level(rawValue: level.lowercased()) else {

@@ -14,11 +14,12 @@ struct FaultSettingsUpdate: Decodable, Sendable {
     /// Nothing changes when any field is refused, so a script never leaves the emulator half-configured.
     func applied(to settings: FaultSettings) -> Result<FaultSettings, ControlError> {
         var updated = settings
-        if let latencyMs {
-            guard FaultSettings.isValidDuration(latencyMs) else {
-                return .failure(.invalidField("latencyMs", "latencyMs must be between 0 and 3600000"))
+        for (field, value, keyPath) in [("latencyMs", self.latencyMs, \FaultSettings.latencyMs), ("timeoutHoldMs", self.timeoutHoldMs, \FaultSettings.timeoutHoldMs)] {
+            guard let value else { continue }
+            guard FaultSettings.isValidDuration(value) else {
+                return .failure(.invalidField(field, "\(field) must be between 0 and 3600000"))
             }
-            updated.latencyMs = latencyMs
+            updated[keyPath: keyPath] = value
         }
         if let failRate {
             guard FaultSettings.isValidRate(failRate) else {
@@ -31,12 +32,6 @@ struct FaultSettingsUpdate: Decodable, Sendable {
                 return .failure(.invalidField("failMode", "failMode must be one of \(FailMode.acceptedValues)"))
             }
             updated.failMode = mode
-        }
-        if let timeoutHoldMs {
-            guard FaultSettings.isValidDuration(timeoutHoldMs) else {
-                return .failure(.invalidField("timeoutHoldMs", "timeoutHoldMs must be between 0 and 3600000"))
-            }
-            updated.timeoutHoldMs = timeoutHoldMs
         }
         return .success(updated)
     }
