@@ -10,6 +10,8 @@ struct APIServices: Sendable {
     let access: AccessStore
     let authenticator: PublisherAuthenticator
     let rateLimiter: RateLimiter
+    /// Recent access-status answers, kept exact through the queue's access channel.
+    let accessCache: AccessCache
     /// Offer look-ups for submissions, cached briefly: a disabled product stops accepting within seconds.
     let offers = ExpiringCache<String, [Product]>(lifetime: 5)
 
@@ -20,6 +22,7 @@ struct APIServices: Sendable {
         self.queue = ReceiptQueue(redis: redis, prefix: configuration.queuePrefix)
         self.catalog = CatalogStore(database: database)
         self.access = AccessStore(database: database)
+        self.accessCache = AccessCache(lifetimeSeconds: configuration.accessCacheLifetimeSeconds)
         var customerTokens: CustomerTokens?
         if let secret = configuration.tokenSecret {
             customerTokens = await CustomerTokens(secret: secret, lifetimeSeconds: configuration.customerTokenLifetimeSeconds)

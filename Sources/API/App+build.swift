@@ -44,7 +44,9 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
     let application = Application(
         router: router,
         configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "tollgate-api"),
-        services: [QueueGauges(queue: services.queue, logger: logger)],
+        services: [QueueGauges(queue: services.queue, logger: logger), AccessInvalidations(
+            cache: services.accessCache, redis: configuration.redis, channel: services.queue.keys.accessChannel
+        )],
         onServerRunning: { channel in
             let port = channel.localAddress?.port ?? configuration.httpPort
             logger.info("listening", metadata: ["host": "\(configuration.httpHost)", "port": "\(port)"])

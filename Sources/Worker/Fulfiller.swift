@@ -8,6 +8,8 @@ import Shared
 struct Fulfiller: Sendable {
     let catalog: CatalogStore
     let grants: GrantStore
+    /// Announces changes to access beyond this job's own (the job's are announced when it finishes).
+    let queue: ReceiptQueue
     let apple: VerifyReceiptClient
     let products = ExpiringCache<UUID, [Product]>(lifetime: 5)
     let apps = ExpiringCache<UUID, [App]>(lifetime: 5)
@@ -60,6 +62,11 @@ struct Fulfiller: Sendable {
         let applied = try await self.grants.applyEvidence(evidence)
         if applied.revoked + applied.extended > 0 {
             logger.info("applied evidence", metadata: ["revoked": "\(applied.revoked)", "extended": "\(applied.extended)"])
+            // Committed: API caches must forget the access they hold. Redis being away here means the
+            // caches lost their subscription too, and a lost subscription empties them.
+            do { try await self.queue.announceAccessChanged() } catch {
+                logger.warning("could not announce an access change", metadata: ["error": "\(error)"])
+            }
         }
 
         let offerProductIds = Set(offerProducts.filter { $0.appId == app.id }.map(\.productId))

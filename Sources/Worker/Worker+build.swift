@@ -23,7 +23,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
 
     let catalog = CatalogStore(database: database)
     let fulfiller = Fulfiller(
-        catalog: catalog, grants: GrantStore(database: database),
+        catalog: catalog, grants: GrantStore(database: database), queue: queue,
         apple: VerifyReceiptClient(
             http: http, productionURL: configuration.appleProductionURL, sandboxURL: configuration.appleSandboxURL,
             timeoutMilliseconds: configuration.appleTimeoutMilliseconds

@@ -14,7 +14,7 @@ enum WorkerMetrics {
         case .fail(let reason, _): outcome = "fail_\(reason.rawValue)"
         case .retry: outcome = "retry"
         }
-        Timer(label: "tollgate_apple_call_duration_seconds", dimensions: [
+        MetricHandles.timer("tollgate_apple_call_duration_seconds", [
             ("environment", environment), ("status", verdict.appleStatus.map(String.init) ?? "none"), ("outcome", outcome),
         ]).record(duration: duration)
     }
@@ -23,12 +23,14 @@ enum WorkerMetrics {
     static let attempts = Counter(label: "tollgate_job_attempts_total")
 
     static func job(status: JobStatus, reason: JobReason?) {
-        Counter(label: "tollgate_jobs_total", dimensions: [("status", status.rawValue), ("reason", reason?.rawValue ?? "")]).increment()
+        MetricHandles.counter("tollgate_jobs_total", [("status", status.rawValue), ("reason", reason?.rawValue ?? "")]).increment()
     }
 
     static func grantLatency(milliseconds: Int) {
-        Timer(label: "tollgate_accepted_to_granted_seconds").recordMilliseconds(milliseconds)
+        Self.acceptedToGranted.recordMilliseconds(milliseconds)
     }
+
+    static let acceptedToGranted = Timer(label: "tollgate_accepted_to_granted_seconds")
 
     static let inFlight = Meter(label: "tollgate_verifications_in_flight")
 

@@ -49,7 +49,7 @@ final class WorkerHarness: @unchecked Sendable {
             try await queue.prepare()
             let catalog = CatalogStore(database: databaseClient)
             let fulfiller = Fulfiller(
-                catalog: catalog, grants: GrantStore(database: databaseClient),
+                catalog: catalog, grants: GrantStore(database: databaseClient), queue: queue,
                 apple: VerifyReceiptClient(
                     http: http, productionURL: "\(base)/verifyReceipt", sandboxURL: "\(base)/sandbox/verifyReceipt",
                     timeoutMilliseconds: appleTimeoutMilliseconds

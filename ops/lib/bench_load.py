@@ -357,6 +357,12 @@ def number(results, key, default=None):
         return default
 
 
+def delta(results, after, before):
+    """`after - before` of two recorded counters, or None when either is missing."""
+    a, b = number(results, after), number(results, before)
+    return None if a is None or b is None else a - b
+
+
 def cpu_table(path, loadgen_path):
     """Cores used per process between each `<phase>:start` and `<phase>:end` snapshot."""
     if not os.path.exists(path):
@@ -514,10 +520,14 @@ def report(args):
             fmt(accept), fmt(number(r, "accept.p50_us", 0) / 1000, 2), fmt(number(r, "accept.p99_us", 0) / 1000, 2),
             fmt(number(r, "accept.jobs_created")), fmt(number(r, "accept.requests")), fmt(number(r, "accept.errors_status")),
             fmt(acc_ratio, 2), fmt(ratio(accept, number(r, "ref_redis.rps")), 2)))
-    for key, label in (("access_with", "with access (granted earlier in the run)"), ("access_without", "without access (never seen)")):
-        add("| access status: `GET /v1/access-status`, customers %s, `wrk -t2 -c64` | %s req/s, p50 %s ms, p99 %s ms, %s non-200 | %s × trivial route |" % (
-            label, fmt(number(r, key + ".rps")), fmt(number(r, key + ".p50_us", 0) / 1000, 2),
-            fmt(number(r, key + ".p99_us", 0) / 1000, 2), fmt(number(r, key + ".errors_status")), fmt(ratio(number(r, key + ".rps"), trivial), 2)))
+    for key, label in (("access_with", "with access (granted earlier in the run)"), ("access_without", "without access (never bought anything)")):
+        hits = delta(r, key + ".cache_after.hits", key + ".cache_before.hits")
+        misses = delta(r, key + ".cache_after.misses", key + ".cache_before.misses")
+        add("| access status: `GET /v1/access-status`, %s random customers %s, `wrk -t2 -c64` | %s req/s, p50 %s ms, p99 %s ms, %s non-200; "
+            "access cache: %s hits, %s misses (warm-up excluded) | %s × trivial route |" % (
+            fmt(number(r, "drain1.granted")), label, fmt(number(r, key + ".rps")), fmt(number(r, key + ".p50_us", 0) / 1000, 2),
+            fmt(number(r, key + ".p99_us", 0) / 1000, 2), fmt(number(r, key + ".errors_status")), fmt(hits), fmt(misses),
+            fmt(ratio(number(r, key + ".rps"), trivial), 2)))
     for n, key in ((1, "1"), (2, "2")):
         add("| fulfilment, %d worker%s: backlog of %s receipts, Apple latency %s ms | %s receipts/s granted (first → last grant, "
             "counted in PostgreSQL); %s receipts/s including the worker's start; %s granted in %s s | %s × PostgreSQL grant reference |" % (

@@ -4,7 +4,9 @@
 --                   Apple transaction id: a thread number and a counter per thread)
 --   access_with     GET /v1/access-status for random customers of BENCH_ACCESS_PREFIX<0..COUNT-1>,
 --                   who were granted the offer earlier in the run
---   access_without  GET /v1/access-status for customers never seen (a counter per thread)
+--   access_without  GET /v1/access-status for random customers nobody-<0..COUNT-1>, who never bought anything
+-- Both access modes poll a fixed population at random, as apps do (every 5 s for up to a minute): over a
+-- phase each customer is asked many times, and the first ask of each misses any cache.
 -- Publisher credentials come from the environment (BENCH_PUBLISHER_TOKEN, BENCH_BASIC_AUTH), never the
 -- command line. At the end it prints one line `BENCH_JSON {...}` with requests/s and latency percentiles (µs).
 
@@ -88,7 +90,8 @@ local function dynamic_request()
     local n = math.random(0, access_count - 1)
     return wrk.format("GET", access_path .. access_prefix .. n .. "%40bench.example", headers)
   elseif mode == "access_without" then
-    return wrk.format("GET", access_path .. "x" .. tid .. "-" .. counter .. "%40bench.example", headers)
+    local n = math.random(0, access_count - 1)
+    return wrk.format("GET", access_path .. "nobody-" .. n .. "%40bench.example", headers)
   end
   return wrk.format(nil, nil, headers)
 end

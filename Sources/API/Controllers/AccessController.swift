@@ -45,24 +45,33 @@ struct AccessController {
         ))
     }
 
-    struct AccessView: Encodable {
+    struct AccessView {
         let offerId: String
         let accessGranted: Bool
         let expiresAt: Int?
         let grantType: String?
         let pending: Bool
 
-        func encode(to encoder: any Encoder) throws {
-            // expiresAt and grantType are part of the answer even when null (CONTRACT.md shows them).
-            var container = encoder.container(keyedBy: CodingKeys.self)
-            try container.encode(self.offerId, forKey: .offerId)
-            try container.encode(self.accessGranted, forKey: .accessGranted)
-            try container.encode(self.expiresAt, forKey: .expiresAt)
-            try container.encode(self.grantType, forKey: .grantType)
-            try container.encode(self.pending, forKey: .pending)
+        /// The answer's body; `expiresAt` and `grantType` are there even when null (CONTRACT.md shows them).
+        var json: JSONObjectWriter {
+            var object = JSONObjectWriter()
+            object.add("accessGranted", self.accessGranted)
+            object.add("expiresAt", self.expiresAt)
+            object.add("grantType", self.grantType)
+            object.add("offerId", self.offerId)
+            object.add("pending", self.pending)
+            return object
         }
 
-        enum CodingKeys: String, CodingKey { case offerId, accessGranted, expiresAt, grantType, pending }
+        /// The answer as of now: an access that has expired since it was read is no longer granted.
+        init(offerId: String, answer: AccessCache.Answer) {
+            let granted = answer.granted && (answer.expiresAt.map { $0 > Int(Date().timeIntervalSince1970) } ?? true)
+            self.offerId = offerId
+            self.accessGranted = granted
+            self.expiresAt = granted ? answer.expiresAt : nil
+            self.grantType = granted ? "direct-purchase" : nil
+            self.pending = answer.pending
+        }
     }
 
     @Sendable func accessStatus(_ request: Request, context: TollgateRequestContext) async throws -> Response {
@@ -78,18 +87,23 @@ struct AccessController {
         }
         guard let rawOffer = query["offerId"].map(String.init), !rawOffer.isEmpty else { throw APIError.missingField("offerId") }
         let view = try await self.access(publisherId: publisher.id, customerEmail: email, offerId: try FieldRules.offerId(rawOffer))
-        return JSONBody.response(.ok, view, headers: view.pending ? [.retryAfter: "5"] : [:])
+        return JSONBody.response(.ok, view.json, headers: view.pending ? [.retryAfter: "5"] : [:])
     }
 
     /// One customer's access to one offer, and whether a job for it is still pending.
+    ///
+    /// Served from ``AccessCache`` when it holds the answer; otherwise read from Redis and PostgreSQL.
     func access(publisherId: UUID, customerEmail: String, offerId: String) async throws -> AccessView {
-        async let pending = self.services.queue.hasPendingJob(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
+        let key = self.services.queue.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
+        let cached = self.services.accessCache.lookup(key)
+        if case .hit(let answer)? = cached { return AccessView(offerId: offerId, answer: answer) }
+        async let pending = self.services.queue.hasPendingJob(pendingKey: key)
         let access = try await self.services.access.access(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
-        return AccessView(
-            offerId: offerId, accessGranted: access.granted,
-            expiresAt: access.expiresAt.map { Int($0.timeIntervalSince1970) },
-            grantType: access.granted ? "direct-purchase" : nil, pending: try await pending
+        let answer = AccessCache.Answer(
+            granted: access.granted, expiresAt: access.expiresAt.map { Int($0.timeIntervalSince1970) }, pending: try await pending
         )
+        if case .miss(let ticket)? = cached { self.services.accessCache.store(answer, for: key, ticket: ticket) }
+        return AccessView(offerId: offerId, answer: answer)
     }
 
     struct WalletView: Encodable {

@@ -27,25 +27,30 @@ struct PaymentController {
         }
 
         let job = ReceiptJob(
-            jobId: UUID().uuidString.lowercased(), publisherId: publisher.id, customerEmail: submission.customerEmail,
+            jobId: ReceiptJob.newJobId(), publisherId: publisher.id, customerEmail: submission.customerEmail,
             offerId: submission.offerId, transactionId: submission.transactionId, receiptData: submission.receiptData,
             appType: submission.appType, ipAddress: submission.ipAddress, acceptedAtMilliseconds: WallClock.nowMilliseconds()
         )
         switch try await self.services.queue.enqueue(job, keyTTLSeconds: self.services.keyTTLSeconds) {
         case .created(let jobId):
+            // Before answering: this process' next poll for the customer must already say `pending`.
+            self.services.accessCache.invalidate(self.services.queue.keys.pending(for: job))
             context.logger.info("receipt accepted", metadata: ["job": "\(jobId)", "offer": "\(job.offerId)"])
-            return JSONBody.response(.ok, Accepted(message: "OK", jobId: jobId, status: JobStatus.queued.rawValue))
+            return JSONBody.response(.ok, Self.accepted(jobId: jobId, status: .queued))
         case .duplicate(let jobId, let status):
             context.logger.info("receipt resubmitted", metadata: ["job": "\(jobId)"])
-            return JSONBody.response(.ok, Accepted(message: "OK", jobId: jobId, status: status.rawValue))
+            return JSONBody.response(.ok, Self.accepted(jobId: jobId, status: status))
         case .alreadyClaimed:
             throw APIError(.conflict, code: "already_claimed", "this transaction is already claimed by another customer", field: "receipt.transactionId")
         }
     }
 
-    struct Accepted: Encodable {
-        let message: String
-        let jobId: String
-        let status: String
+    /// `{"jobId":…,"message":"OK","status":…}`.
+    static func accepted(jobId: String, status: JobStatus) -> JSONObjectWriter {
+        var object = JSONObjectWriter()
+        object.add("jobId", jobId)
+        object.add("message", "OK")
+        object.add("status", status.rawValue)
+        return object
     }
 }

@@ -23,8 +23,8 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 
     static func record(context: Context, method: String, status: Int, started: ContinuousClock.Instant) {
         let route = context.endpointPath ?? "unmatched"
-        Counter(label: "tollgate_http_requests_total", dimensions: [("route", route), ("method", method), ("status", String(status))]).increment()
-        Timer(label: "tollgate_http_request_duration_seconds", dimensions: [("route", route), ("method", method)])
+        MetricHandles.counter("tollgate_http_requests_total", [("route", route), ("method", method), ("status", String(status))]).increment()
+        MetricHandles.timer("tollgate_http_request_duration_seconds", [("route", route), ("method", method)])
             .record(duration: ContinuousClock.now - started)
     }
 }

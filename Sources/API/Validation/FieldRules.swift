@@ -4,22 +4,49 @@ import Foundation
 enum FieldRules {
     /// An email address: lower-cased (emails compare case-insensitively), at most 254 characters.
     static func email(_ text: String, field: String = "customerEmail") throws -> String {
-        let email = text.trimmingCharacters(in: .whitespaces).lowercased()
-        let parts = email.split(separator: "@", omittingEmptySubsequences: false)
+        let email = Self.trimmingSpaces(text).lowercased()
+        let parts = email.utf8.split(separator: UInt8(ascii: "@"), omittingEmptySubsequences: false)
         let invalid = APIError.invalid(field, code: "invalid_email", "\(field) must be an email address of at most 254 characters")
         guard email.utf8.count <= 254, parts.count == 2 else { throw invalid }
         let local = parts[0]
         let domain = parts[1]
-        let localAllowed = Set("abcdefghijklmnopqrstuvwxyz0123456789!#$%&'*+/=?^_`{|}~.-".utf8)
-        guard (1...64).contains(local.utf8.count), local.utf8.allSatisfy(localAllowed.contains),
-            !local.hasPrefix("."), !local.hasSuffix("."), !local.contains("..")
+        let dot = UInt8(ascii: ".")
+        guard (1...64).contains(local.count), local.allSatisfy(Self.isLocalPartByte),
+            local.first != dot, local.last != dot, !zip(local, local.dropFirst()).contains(where: { $0 == dot && $1 == dot })
         else { throw invalid }
-        let labels = domain.split(separator: ".", omittingEmptySubsequences: false)
-        let labelAllowed = Set("abcdefghijklmnopqrstuvwxyz0123456789-".utf8)
+        let labels = domain.split(separator: dot, omittingEmptySubsequences: false)
+        let hyphen = UInt8(ascii: "-")
         guard labels.count >= 2, labels.allSatisfy({ label in
-            (1...63).contains(label.utf8.count) && label.utf8.allSatisfy(labelAllowed.contains) && !label.hasPrefix("-") && !label.hasSuffix("-")
+            (1...63).contains(label.count) && label.allSatisfy(Self.isLabelByte) && label.first != hyphen && label.last != hyphen
         }) else { throw invalid }
         return email
+    }
+
+    /// `text` without leading and trailing whitespace (`CharacterSet.whitespaces`); ASCII text (every
+    /// valid email, every credential) is trimmed without Foundation.
+    static func trimmingSpaces(_ text: String) -> String {
+        let utf8 = text.utf8
+        guard utf8.allSatisfy({ $0 < 0x80 }) else { return text.trimmingCharacters(in: .whitespaces) }
+        let isSpace: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        guard let first = utf8.firstIndex(where: { !isSpace($0) }), let last = utf8.lastIndex(where: { !isSpace($0) }) else { return "" }
+        if first == utf8.startIndex, last == utf8.index(before: utf8.endIndex) { return text }
+        return String(text[first...last])
+    }
+
+    /// Lower-case letters, digits and ``!#$%&'*+/=?^_`{|}~.-``: what the local part may hold.
+    private static func isLocalPartByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
+        default: "!#$%&'*+/=?^_`{|}~.-".utf8.contains(byte)
+        }
+    }
+
+    /// Lower-case letters, digits and `-`: what a domain label may hold.
+    private static func isLabelByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"): true
+        default: false
+        }
     }
 
     /// An offer id: 1 to 128 printable ASCII characters.
@@ -32,13 +59,20 @@ enum FieldRules {
 
     /// Strict standard base64 (padding required, no whitespace).
     static func base64(_ text: String, field: String) throws -> String {
-        let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-        let bytes = Array(text.utf8)
+        let bytes = text.utf8
         let invalid = APIError.invalid(field, code: "invalid_receipt_data", "\(field) must be standard base64")
         guard !bytes.isEmpty, bytes.count % 4 == 0 else { throw invalid }
         let padding = bytes.reversed().prefix { $0 == UInt8(ascii: "=") }.count
-        guard padding <= 2, bytes.dropLast(padding).allSatisfy(alphabet.contains) else { throw invalid }
+        guard padding <= 2, bytes.dropLast(padding).allSatisfy(Self.isBase64Byte) else { throw invalid }
         return text
+    }
+
+    private static func isBase64Byte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "+"), UInt8(ascii: "/"): true
+        default: false
+        }
     }
 
     /// An App Store transaction id: 1 to 64 digits.

@@ -21,6 +21,7 @@ struct JSONObject {
     /// Whether a `Content-Type` names JSON (`application/json`, any parameters).
     static func isJSON(_ contentType: String?) -> Bool {
         guard let contentType else { return false }
+        if contentType == "application/json" { return true }
         let mediaType = contentType.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
         return mediaType == "application/json"
     }

@@ -41,6 +41,10 @@ public struct Configuration: Sendable {
     public var tokenSecret: String?
     /// `TOLLGATE_CUSTOMER_TOKEN_TTL_S`: how long a customer token is valid (default 15 minutes).
     public var customerTokenLifetimeSeconds: Int
+    /// `TOLLGATE_ACCESS_CACHE_TTL_S`: how long the API serves an access status from memory at most
+    /// (default 30 s; 0 turns the cache off). Changes reach the cache at once through Redis pub/sub; the
+    /// lifetime only bounds what a missed change could cost.
+    public var accessCacheLifetimeSeconds: Int
     /// `TOLLGATE_RATE_LIMIT_PER_S` (0 disables the limit).
     public var rateLimitPerSecond: Int
     /// `TOLLGATE_RATE_LIMIT_BURST`.
@@ -106,6 +110,7 @@ public struct Configuration: Sendable {
         self.shutdownGraceSeconds = try reader.int("TOLLGATE_SHUTDOWN_GRACE_S", default: 25, range: 0...3600)
         self.tokenSecret = try reader.optionalSecret("TOLLGATE_TOKEN_SECRET", minimumLength: 32)
         self.customerTokenLifetimeSeconds = try reader.int("TOLLGATE_CUSTOMER_TOKEN_TTL_S", default: 900, range: 60...86_400)
+        self.accessCacheLifetimeSeconds = try reader.int("TOLLGATE_ACCESS_CACHE_TTL_S", default: 30, range: 0...3600)
         self.rateLimitPerSecond = try reader.int("TOLLGATE_RATE_LIMIT_PER_S", default: 1000, range: 0...10_000_000)
         self.rateLimitBurst = try reader.int("TOLLGATE_RATE_LIMIT_BURST", default: 2000, range: 0...10_000_000)
         let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "worker"

@@ -20,6 +20,10 @@ public struct QueueKeys: Sendable, Equatable {
     public let inflight: String
     /// Prefix of the per-job status hashes.
     public let jobPrefix: String
+    /// The pub/sub channel on which every change to a customer's access status is announced: the
+    /// payload is the change's ``pending(publisherId:customerEmail:offerId:)`` key, or `*` for changes
+    /// that may touch any customer (refunds, renewals found in a receipt).
+    public let accessChannel: String
 
     /// Creates the layout for a prefix.
     public init(prefix: String) {
@@ -29,6 +33,7 @@ public struct QueueKeys: Sendable, Equatable {
         self.dead = "\(prefix):{q}:dead"
         self.inflight = "\(prefix):{q}:inflight"
         self.jobPrefix = "\(prefix):{q}:job:"
+        self.accessChannel = "\(prefix):{q}:access-changed"
     }
 
     /// The status hash of a job.

@@ -6,7 +6,10 @@ enum QueueScripts {
     /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all.
     ///
     /// KEYS: dedup, job, stream, pending, inflight, [claim]. ARGV: jobId, customer, offer, publisherId,
-    /// payload, now (ms), key TTL (s), job key prefix.
+    /// payload, now (ms), key TTL (s), job key prefix, access channel.
+    ///
+    /// Every script that changes what a customer's access status answers (`pending`, or a grant behind a
+    /// final status) publishes the pending key on the access channel, so API caches drop that answer.
     static let enqueue = RedisScript(name: "enqueue", source: """
         local existing = redis.call('GET', KEYS[1])
         if existing then
@@ -26,6 +29,7 @@ enum QueueScripts {
         redis.call('SADD', KEYS[4], ARGV[1])
         redis.call('EXPIRE', KEYS[4], ARGV[7])
         if KEYS[6] then redis.call('SET', KEYS[6], ARGV[2], 'EX', ARGV[7]) end
+        redis.call('PUBLISH', ARGV[9], KEYS[4])
         return {'created', ARGV[1], 'queued'}
         """)
 
@@ -55,7 +59,7 @@ enum QueueScripts {
     /// truth in PostgreSQL) replaces a dead letter.
     ///
     /// KEYS: job, stream, pending, dead, inflight. ARGV: entry id, group, status, reason, environment,
-    /// expiresAt, now, retention (s), jobId. Empty strings mean "not set".
+    /// expiresAt, now, retention (s), jobId, access channel. Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         local settled = current == 'granted' or current == 'rejected' or (current == 'failed' and ARGV[3] ~= 'granted')
@@ -74,6 +78,7 @@ enum QueueScripts {
         end
         redis.call('SREM', KEYS[3], ARGV[9])
         redis.call('ZREM', KEYS[5], ARGV[9])
+        redis.call('PUBLISH', ARGV[10], KEYS[3])
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         return 1
@@ -114,7 +119,8 @@ enum QueueScripts {
     /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged; a job
     /// already final is only acknowledged.
     ///
-    /// KEYS: job, stream, dead, pending, inflight. ARGV: entry id, group, jobId, reason, detail, now, retention (s).
+    /// KEYS: job, stream, dead, pending, inflight. ARGV: entry id, group, jobId, reason, detail, now, retention (s),
+    /// access channel.
     static let deadLetter = RedisScript(name: "dead-letter", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
@@ -125,6 +131,7 @@ enum QueueScripts {
         end
         redis.call('SREM', KEYS[4], ARGV[3])
         redis.call('ZREM', KEYS[5], ARGV[3])
+        redis.call('PUBLISH', ARGV[8], KEYS[4])
         if ARGV[1] ~= '' then
           redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
           redis.call('XDEL', KEYS[2], ARGV[1])
@@ -134,7 +141,7 @@ enum QueueScripts {
 
     /// Put a failed job back on the stream with fresh attempts; a second call finds it no longer failed.
     ///
-    /// KEYS: job, stream, dead, pending, inflight. ARGV: jobId, now. Returns {'requeued'} | {'missing'} |
+    /// KEYS: job, stream, dead, pending, inflight. ARGV: jobId, now, access channel. Returns {'requeued'} | {'missing'} |
     /// {'not_failed', status}.
     static let requeue = RedisScript(name: "requeue", source: """
         local status = redis.call('HGET', KEYS[1], 'status')
@@ -150,6 +157,7 @@ enum QueueScripts {
         redis.call('HSET', KEYS[1], 'entry', entry)
         redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
         redis.call('SADD', KEYS[4], ARGV[1])
+        redis.call('PUBLISH', ARGV[3], KEYS[4])
         return {'requeued'}
         """)
 

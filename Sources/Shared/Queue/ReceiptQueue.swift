@@ -8,7 +8,6 @@ public struct ReceiptQueue: Sendable {
     /// The key layout.
     public let keys: QueueKeys
     private let redis: RedisClient
-    private let encoder = JSONEncoder()
     private let decoder = JSONDecoder()
 
     /// Creates the queue over a client, for one prefix.
@@ -36,13 +35,13 @@ public struct ReceiptQueue: Sendable {
         if let transactionId = job.transactionId {
             keys.append(self.keys.claim(publisherId: job.publisherId, transactionId: transactionId))
         }
-        let payload = String(decoding: try self.encoder.encode(job), as: UTF8.self)
+        let payload = job.json
         let reply = try await self.redis.run(
             QueueScripts.enqueue,
             keys: keys,
             arguments: [
                 job.jobId, job.customerEmail, job.offerId, job.publisherId.uuidString.lowercased(), payload,
-                String(job.acceptedAtMilliseconds), String(keyTTLSeconds), self.keys.jobPrefix,
+                String(job.acceptedAtMilliseconds), String(keyTTLSeconds), self.keys.jobPrefix, self.keys.accessChannel,
             ]
         )
         let parts = reply.array ?? []
@@ -78,10 +77,20 @@ public struct ReceiptQueue: Sendable {
         )
     }
 
+    /// Announces a change to access that may touch any customer (refunds, renewals), so API caches drop
+    /// every access status they hold.
+    public func announceAccessChanged() async throws {
+        try await self.redis.send("PUBLISH", self.keys.accessChannel, "*")
+    }
+
     /// Whether a job for this customer and offer is queued, processing or retrying.
     public func hasPendingJob(publisherId: UUID, customerEmail: String, offerId: String) async throws -> Bool {
-        let key = self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
-        return (try await self.redis.send("SCARD", key).int ?? 0) > 0
+        try await self.hasPendingJob(pendingKey: self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId))
+    }
+
+    /// ``hasPendingJob(publisherId:customerEmail:offerId:)`` by the customer and offer's pending key.
+    public func hasPendingJob(pendingKey: String) async throws -> Bool {
+        (try await self.redis.send("SCARD", pendingKey).int ?? 0) > 0
     }
 
     /// Counts for operators.
@@ -167,7 +176,7 @@ public struct ReceiptQueue: Sendable {
             keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight],
             arguments: [
                 delivery.entryId, self.keys.group, status.rawValue, reason?.rawValue ?? "", environment ?? "",
-                expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId,
+                expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId, self.keys.accessChannel,
             ]
         )
     }
@@ -204,7 +213,10 @@ public struct ReceiptQueue: Sendable {
         try await self.redis.run(
             QueueScripts.deadLetter,
             keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.dead, self.keys.pending(for: job), self.keys.inflight],
-            arguments: [delivery?.entryId ?? "", self.keys.group, job.jobId, reason.rawValue, detail, String(now), String(retentionSeconds)]
+            arguments: [
+                delivery?.entryId ?? "", self.keys.group, job.jobId, reason.rawValue, detail, String(now), String(retentionSeconds),
+                self.keys.accessChannel,
+            ]
         )
     }
 
@@ -238,7 +250,7 @@ public struct ReceiptQueue: Sendable {
                 self.keys.job(jobId), self.keys.stream, self.keys.dead,
                 self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId), self.keys.inflight,
             ],
-            arguments: [jobId, String(now)]
+            arguments: [jobId, String(now), self.keys.accessChannel]
         )
         let parts = reply.array ?? []
         switch parts.first?.string {

@@ -56,6 +56,69 @@ final class RedisConnection {
         return .success(replies)
     }
 
+    /// What ``awaitPush(timeoutMilliseconds:wake:)`` saw.
+    enum Push {
+        /// A whole reply (in subscribe mode: a message, a subscription confirmation or a `pong`).
+        case reply(RedisValue)
+        /// Nothing arrived within the timeout.
+        case idle
+        /// The `wake` descriptor became readable.
+        case woken
+    }
+
+    /// Waits for the next reply of a connection in subscribe mode, for at most `timeoutMilliseconds`,
+    /// or until `wake` (an eventfd or pipe of the caller's) becomes readable. Blocks: own thread only.
+    func awaitPush(timeoutMilliseconds: Int32, wake: Int32) -> Result<Push, RedisError> {
+        guard let context = self.context else { return .failure(RedisError(.connection, "not connected")) }
+        while true {
+            var raw: UnsafeMutableRawPointer?
+            guard redisGetReplyFromReader(context, &raw) == REDIS_OK else {
+                let error = RedisError(.protocolViolation, Self.contextError(context))
+                self.drop()
+                return .failure(error)
+            }
+            if let raw {
+                let decoded = Self.decode(raw.assumingMemoryBound(to: redisReply.self))
+                freeReplyObject(raw)
+                switch decoded {
+                case .success(let value): return .success(.reply(value))
+                case .failure(let error): return .failure(error)
+                }
+            }
+            var descriptors = [pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            let ready = poll(&descriptors, 2, timeoutMilliseconds)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                return .failure(RedisError(.connection, "poll failed: errno \(errno)"))
+            }
+            if ready == 0 { return .success(.idle) }
+            if descriptors[1].revents != 0 { return .success(.woken) }
+            guard redisBufferRead(context) == REDIS_OK else {
+                let error = RedisError(.connection, Self.contextError(context))
+                self.drop()
+                return .failure(error)
+            }
+        }
+    }
+
+    /// Sends one command without waiting for its reply (subscribe mode: the reply arrives as a push).
+    func write(_ command: [String]) -> RedisError? {
+        guard let context = self.context else { return RedisError(.connection, "not connected") }
+        if let error = Self.append(command, to: context) {
+            self.drop()
+            return error
+        }
+        var done: Int32 = 0
+        while done == 0 {
+            guard redisBufferWrite(context, &done) == REDIS_OK else {
+                let error = RedisError(.connection, Self.contextError(context))
+                self.drop()
+                return error
+            }
+        }
+        return nil
+    }
+
     private func connect() throws {
         let timeout = timeval(
             tv_sec: self.configuration.timeoutMilliseconds / 1000,

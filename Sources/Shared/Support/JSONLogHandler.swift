@@ -95,6 +95,13 @@ public struct JSONLogHandler: LogHandler {
     /// A JSON string literal (RFC 8259 escaping; `/` is left as is).
     static func appendString(_ text: String, to line: inout String) {
         line += "\""
+        // Most strings need no escaping (no control character, quote, backslash, DEL, U+2028/9 = E2 80 A8/A9):
+        // append them whole.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5c || $0 == 0x7f || $0 == 0xe2 }) {
+            line += text
+            line += "\""
+            return
+        }
         for scalar in text.unicodeScalars {
             switch scalar {
             case "\"": line += "\\\""

@@ -1,0 +1,147 @@
+import Foundation
+import Metrics
+import Shared
+import Synchronization
+
+/// Recent access-status answers, so that apps polling every 5 seconds rarely cost a Redis and a
+/// PostgreSQL round trip.
+///
+/// Kept exact by invalidation, not by a short lifetime: every change to an answer (a receipt accepted,
+/// a job finished or dead-lettered or requeued, a refund or renewal applied) is published on the queue's
+/// access channel after it is committed, and ``RedisSubscriber`` drops the entry here. The cache serves
+/// only while that subscription stands: it starts empty and off, turns on when the subscription is in
+/// place, and is emptied and turned off whenever the subscription breaks (messages published meanwhile
+/// are lost). The process that accepts a receipt drops its own entry before answering, so its next
+/// poll already says `pending`.
+///
+/// A look-up racing an invalidation must not put the old answer back: every invalidation advances a
+/// generation and leaves a tombstone, and an answer read from Redis and PostgreSQL is stored only if no
+/// invalidation of its key (or flush) came after its look-up started. Entries also expire after
+/// `TOLLGATE_ACCESS_CACHE_TTL_S`, which bounds what anything missed could cost.
+final class AccessCache: Sendable {
+    /// One answer, as read: expiry is checked again on every hit.
+    struct Answer: Sendable, Equatable {
+        var granted: Bool
+        var expiresAt: Int?
+        var pending: Bool
+    }
+
+    /// Where a look-up started, to store its answer only if nothing changed since.
+    struct Ticket: Sendable {
+        fileprivate let generation: UInt64
+        fileprivate let startedAt: UInt64
+    }
+
+    /// What a look-up found.
+    enum Lookup: Sendable {
+        case hit(Answer)
+        /// Read the answer, then ``store(_:for:ticket:)`` it.
+        case miss(Ticket)
+    }
+
+    private struct Entry {
+        /// `nil`: a tombstone, the key was invalidated at `generation`.
+        var answer: Answer?
+        var generation: UInt64
+        var expires: UInt64
+    }
+
+    private struct Store {
+        var entries: [String: Entry] = [:]
+        var generation: UInt64 = 0
+        var flushedAt: UInt64 = 0
+        var live = false
+    }
+
+    private let store = Mutex(Store())
+    private let lifetimeNanoseconds: UInt64
+    private let capacity: Int
+    private let hits = Counter(label: "tollgate_access_cache_total", dimensions: [("result", "hit")])
+    private let misses = Counter(label: "tollgate_access_cache_total", dimensions: [("result", "miss")])
+
+    /// - Parameters:
+    ///   - lifetimeSeconds: how long an answer is served at most; 0 turns the cache off.
+    ///   - capacity: the most entries held (tombstones included).
+    init(lifetimeSeconds: Int, capacity: Int = 200_000) {
+        self.lifetimeNanoseconds = UInt64(max(0, lifetimeSeconds)) * 1_000_000_000
+        self.capacity = capacity
+    }
+
+    var isEnabled: Bool { self.lifetimeNanoseconds > 0 }
+
+    /// The cached answer for a pending key, or a ticket to store the answer about to be read; `nil`
+    /// while the cache is off or not subscribed.
+    func lookup(_ key: String) -> Lookup? {
+        guard self.isEnabled else { return nil }
+        let now = Self.now()
+        let found = self.store.withLock { store -> Lookup? in
+            guard store.live else { return nil }
+            if let entry = store.entries[key], let answer = entry.answer, entry.expires > now { return .hit(answer) }
+            return .miss(Ticket(generation: store.generation, startedAt: now))
+        }
+        switch found {
+        case .hit?: self.hits.increment()
+        case .miss?: self.misses.increment()
+        case nil: break
+        }
+        return found
+    }
+
+    /// Stores an answer read after `ticket` was issued, unless the key changed or the cache was emptied since.
+    func store(_ answer: Answer, for key: String, ticket: Ticket) {
+        let now = Self.now()
+        // A read slower than a lifetime could predate a tombstone already swept away.
+        guard now - ticket.startedAt < self.lifetimeNanoseconds else { return }
+        self.store.withLock { store in
+            guard store.live, store.flushedAt <= ticket.generation else { return }
+            if let entry = store.entries[key], entry.generation > ticket.generation { return }
+            if store.entries.count >= self.capacity, store.entries[key] == nil {
+                Self.sweep(&store, now: now)
+                // Still full of live answers: start over; emptying counts as a flush for reads in flight.
+                if store.entries.count >= self.capacity { Self.flush(&store, live: true) }
+            }
+            store.entries[key] = Entry(answer: answer, generation: store.generation, expires: now + self.lifetimeNanoseconds)
+        }
+    }
+
+    /// Forgets one key's answer (a pending key, or `*` for every key).
+    func invalidate(_ key: String) {
+        guard self.isEnabled else { return }
+        let now = Self.now()
+        self.store.withLock { store in
+            if key == "*" {
+                Self.flush(&store, live: store.live)
+                return
+            }
+            store.generation += 1
+            guard store.live else { return }
+            store.entries[key] = Entry(answer: nil, generation: store.generation, expires: now + self.lifetimeNanoseconds)
+        }
+    }
+
+    /// Follows the access channel's subscription.
+    func handle(_ event: RedisSubscriber.Event) {
+        guard self.isEnabled else { return }
+        switch event {
+        case .subscribed: self.store.withLock { Self.flush(&$0, live: true) }
+        case .lost: self.store.withLock { Self.flush(&$0, live: false) }
+        case .message(let key): self.invalidate(key)
+        }
+    }
+
+    /// How many entries are held (tombstones included).
+    var count: Int { self.store.withLock { $0.entries.count } }
+
+    private static func flush(_ store: inout Store, live: Bool) {
+        store.generation += 1
+        store.flushedAt = store.generation
+        store.entries.removeAll(keepingCapacity: true)
+        store.live = live
+    }
+
+    private static func sweep(_ store: inout Store, now: UInt64) {
+        store.entries = store.entries.filter { $0.value.expires > now }
+    }
+
+    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+}

@@ -1,0 +1,117 @@
+import CHiredis
+import Foundation
+import NIOPosix
+import Synchronization
+
+/// Listens to one Redis pub/sub channel on a connection and a thread of its own (hiredis blocks, so it
+/// never runs on Swift's cooperative pool), and reports what it hears to a handler, on that thread.
+///
+/// Pub/sub delivers a message only to subscribers connected when it is published. So the handler hears
+/// `.subscribed` each time the subscription is (re)established and `.lost` each time it breaks: whatever
+/// it derived from messages must be treated as incomplete across a `.lost`. A silent connection is
+/// pinged every 5 s, and one that does not answer within 5 s more counts as lost.
+public final class RedisSubscriber: Sendable {
+    /// What the handler hears.
+    public enum Event: Sendable, Equatable {
+        /// The subscription is in place: messages from now on will arrive.
+        case subscribed
+        /// A message's payload.
+        case message(String)
+        /// The subscription broke; the subscriber reconnects by itself.
+        case lost
+    }
+
+    private let configuration: RedisConfiguration
+    private let channel: String
+    private let handler: @Sendable (Event) -> Void
+    private let thread = NIOThreadPool(numberOfThreads: 1)
+    /// A pipe: ``shutdown()`` writes to `wake.write`; the thread polls `wake.read` beside the socket.
+    private let wake: (read: Int32, write: Int32)
+    private let stopped = Atomic<Bool>(false)
+    private let silenceMilliseconds: UInt64 = 5_000
+
+    /// Creates a subscriber; nothing happens until ``start()``.
+    public init(configuration: RedisConfiguration, channel: String, handler: @escaping @Sendable (Event) -> Void) {
+        self.configuration = configuration
+        self.channel = channel
+        self.handler = handler
+        var descriptors: [Int32] = [-1, -1]
+        if pipe(&descriptors) == 0 {
+            for descriptor in descriptors { _ = fcntl(descriptor, F_SETFD, FD_CLOEXEC) }
+        }
+        self.wake = (descriptors[0], descriptors[1])
+    }
+
+    deinit {
+        close(self.wake.read)
+        close(self.wake.write)
+    }
+
+    /// Starts listening, on the subscriber's own thread.
+    public func start() {
+        self.thread.start()
+        self.thread.submit { _ in self.listen() }
+    }
+
+    /// Stops listening and waits for the thread to end.
+    public func shutdown() async {
+        self.stopped.store(true, ordering: .sequentiallyConsistent)
+        var one: UInt8 = 1
+        _ = Glibc.write(self.wake.write, &one, 1)
+        try? await self.thread.shutdownGracefully()
+    }
+
+    private var isStopped: Bool { self.stopped.load(ordering: .sequentiallyConsistent) }
+
+    private func listen() {
+        var backoffMilliseconds: Int32 = 100
+        while !self.isStopped {
+            if self.session() { backoffMilliseconds = 100 }
+            guard !self.isStopped else { return }
+            // Redis is away: wait (or be woken for shutdown) before the next try.
+            var descriptor = pollfd(fd: self.wake.read, events: Int16(POLLIN), revents: 0)
+            _ = poll(&descriptor, 1, backoffMilliseconds)
+            backoffMilliseconds = min(backoffMilliseconds * 2, 2_000)
+        }
+    }
+
+    /// One connection's life: subscribe, then hear messages until it breaks or the subscriber stops.
+    /// Returns whether the subscription was established.
+    private func session() -> Bool {
+        let connection: RedisConnection
+        do { connection = try RedisConnection(configuration: self.configuration) } catch { return false }
+        guard case .success(let replies) = connection.execute([["SUBSCRIBE", self.channel]]),
+            case .success(let confirmation)? = replies.first, confirmation.array?.first?.string == "subscribe"
+        else { return false }
+        self.handler(.subscribed)
+        defer { if !self.isStopped { self.handler(.lost) } }
+
+        var lastHeard = Self.now()
+        var pingSent: UInt64?
+        while !self.isStopped {
+            switch connection.awaitPush(timeoutMilliseconds: 1_000, wake: self.wake.read) {
+            case .failure:
+                return true
+            case .success(.woken):
+                return true
+            case .success(.reply(let value)):
+                lastHeard = Self.now()
+                pingSent = nil
+                if let parts = value.array, parts.count == 3, parts[0].string == "message", let payload = parts[2].string {
+                    self.handler(.message(payload))
+                }
+            case .success(.idle):
+                let now = Self.now()
+                if let sent = pingSent {
+                    if now - sent > self.silenceMilliseconds { return true }
+                } else if now - lastHeard > self.silenceMilliseconds {
+                    guard connection.write(["PING"]) == nil else { return true }
+                    pingSent = now
+                }
+            }
+        }
+        return true
+    }
+
+    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds / 1_000_000 }
+}

@@ -1,0 +1,120 @@
+import Shared
+import Testing
+
+@testable import API
+
+/// `AccessCache`: serves only while subscribed, never puts back an answer an invalidation overtook.
+@Suite("AccessCache")
+struct AccessCacheTests {
+    static let granted = AccessCache.Answer(granted: true, expiresAt: nil, pending: false)
+    static let pending = AccessCache.Answer(granted: false, expiresAt: nil, pending: true)
+
+    /// Looks `key` up and expects a miss; returns its ticket.
+    static func miss(_ cache: AccessCache, _ key: String, sourceLocation: SourceLocation = #_sourceLocation) -> AccessCache.Ticket? {
+        guard case .miss(let ticket)? = cache.lookup(key) else {
+            Issue.record("expected a miss for \(key)", sourceLocation: sourceLocation)
+            return nil
+        }
+        return ticket
+    }
+
+    static func hit(_ cache: AccessCache, _ key: String) -> AccessCache.Answer? {
+        if case .hit(let answer)? = cache.lookup(key) { return answer }
+        return nil
+    }
+
+    @Test("off until the subscription is in place, and again as soon as it is lost")
+    func followsTheSubscription() throws {
+        let cache = AccessCache(lifetimeSeconds: 30)
+        #expect(cache.lookup("k") == nil)
+        cache.handle(.subscribed)
+        let ticket = try #require(Self.miss(cache, "k"))
+        cache.store(Self.granted, for: "k", ticket: ticket)
+        #expect(Self.hit(cache, "k") == Self.granted)
+        cache.handle(.lost)
+        #expect(cache.lookup("k") == nil)
+        #expect(cache.count == 0)
+        cache.handle(.subscribed)
+        _ = Self.miss(cache, "k")
+    }
+
+    @Test("a message drops its key only; `*` drops everything")
+    func invalidation() throws {
+        let cache = AccessCache(lifetimeSeconds: 30)
+        cache.handle(.subscribed)
+        for key in ["a", "b"] {
+            let ticket = try #require(Self.miss(cache, key))
+            cache.store(Self.granted, for: key, ticket: ticket)
+        }
+        cache.handle(.message("a"))
+        _ = Self.miss(cache, "a")
+        #expect(Self.hit(cache, "b") == Self.granted)
+        cache.handle(.message("*"))
+        _ = Self.miss(cache, "b")
+    }
+
+    @Test("an answer read before an invalidation of its key, or a flush, is not stored")
+    func racingReadsAreDropped() throws {
+        let cache = AccessCache(lifetimeSeconds: 30)
+        cache.handle(.subscribed)
+        let stale = try #require(Self.miss(cache, "k"))
+        cache.invalidate("k")
+        cache.store(Self.pending, for: "k", ticket: stale)
+        _ = Self.miss(cache, "k")
+
+        let beforeFlush = try #require(Self.miss(cache, "k"))
+        cache.handle(.message("*"))
+        cache.store(Self.pending, for: "k", ticket: beforeFlush)
+        _ = Self.miss(cache, "k")
+
+        let beforeLoss = try #require(Self.miss(cache, "k"))
+        cache.handle(.lost)
+        cache.handle(.subscribed)
+        cache.store(Self.pending, for: "k", ticket: beforeLoss)
+        _ = Self.miss(cache, "k")
+
+        // An invalidation of another key does not hold back this one's answer.
+        let fresh = try #require(Self.miss(cache, "k"))
+        cache.invalidate("other")
+        cache.store(Self.pending, for: "k", ticket: fresh)
+        #expect(Self.hit(cache, "k") == Self.pending)
+    }
+
+    @Test("a lifetime of 0 turns the cache off")
+    func disabled() {
+        let cache = AccessCache(lifetimeSeconds: 0)
+        cache.handle(.subscribed)
+        #expect(!cache.isEnabled)
+        #expect(cache.lookup("k") == nil)
+    }
+
+    @Test("at capacity, expired entries go first, then everything (a flush for reads in flight)")
+    func capacity() throws {
+        let cache = AccessCache(lifetimeSeconds: 30, capacity: 3)
+        cache.handle(.subscribed)
+        let early = try #require(Self.miss(cache, "early"))
+        for key in ["a", "b", "c"] {
+            let ticket = try #require(Self.miss(cache, key))
+            cache.store(Self.granted, for: key, ticket: ticket)
+        }
+        let ticket = try #require(Self.miss(cache, "d"))
+        cache.store(Self.granted, for: "d", ticket: ticket)
+        #expect(cache.count == 1)
+        #expect(Self.hit(cache, "d") == Self.granted)
+        cache.store(Self.granted, for: "early", ticket: early)
+        _ = Self.miss(cache, "early")
+    }
+
+    @Test("an access that expired since it was cached is answered as no access")
+    func expiryIsCheckedOnEveryAnswer() {
+        let past = AccessCache.Answer(granted: true, expiresAt: 1_000, pending: false)
+        let view = AccessController.AccessView(offerId: "O", answer: past)
+        #expect(!view.accessGranted)
+        #expect(view.expiresAt == nil)
+        #expect(view.grantType == nil)
+        let future = AccessCache.Answer(granted: true, expiresAt: 4_000_000_000, pending: true)
+        let live = AccessController.AccessView(offerId: "O", answer: future)
+        #expect(live.accessGranted && live.expiresAt == 4_000_000_000 && live.grantType == "direct-purchase" && live.pending)
+        #expect(live.json.json == #"{"accessGranted":true,"expiresAt":4000000000,"grantType":"direct-purchase","offerId":"O","pending":true}"#)
+    }
+}
