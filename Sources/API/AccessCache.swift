@@ -15,9 +15,10 @@ import Synchronization
 /// poll already says `pending`.
 ///
 /// A look-up racing an invalidation must not put the old answer back: every invalidation advances a
-/// generation and leaves a tombstone, and an answer read from Redis and PostgreSQL is stored only if no
-/// invalidation of its key (or flush) came after its look-up started. Entries also expire after
-/// `TOLLGATE_ACCESS_CACHE_TTL_S`, which bounds what anything missed could cost.
+/// generation and records it in the key's bucket (one of 4,096, so memory stays flat however many
+/// receipts are accepted), and an answer read from Redis and PostgreSQL is stored only if neither its
+/// bucket nor the whole cache was invalidated after its look-up started (a collision only skips a store).
+/// Entries also expire after `TOLLGATE_ACCESS_CACHE_TTL_S`, which bounds what anything missed could cost.
 final class AccessCache: Sendable {
     /// One answer, as read: expiry is checked again on every hit.
     struct Answer: Sendable, Equatable {
@@ -40,16 +41,18 @@ final class AccessCache: Sendable {
     }
 
     private struct Entry {
-        /// `nil`: a tombstone, the key was invalidated at `generation`.
-        var answer: Answer?
-        var generation: UInt64
+        var answer: Answer
         var expires: UInt64
     }
+
+    private static let buckets = 4_096
 
     private struct Store {
         var entries: [String: Entry] = [:]
         var generation: UInt64 = 0
         var flushedAt: UInt64 = 0
+        /// The generation of the last invalidation of any key in each bucket.
+        var invalidatedAt = [UInt64](repeating: 0, count: AccessCache.buckets)
         var live = false
     }
 
@@ -61,7 +64,7 @@ final class AccessCache: Sendable {
 
     /// - Parameters:
     ///   - lifetimeSeconds: how long an answer is served at most; 0 turns the cache off.
-    ///   - capacity: the most entries held (tombstones included).
+    ///   - capacity: the most entries held.
     init(lifetimeSeconds: Int, capacity: Int = 200_000) {
         self.lifetimeNanoseconds = UInt64(max(0, lifetimeSeconds)) * 1_000_000_000
         self.capacity = capacity
@@ -76,7 +79,7 @@ final class AccessCache: Sendable {
         let now = Self.now()
         let found = self.store.withLock { store -> Lookup? in
             guard store.live else { return nil }
-            if let entry = store.entries[key], let answer = entry.answer, entry.expires > now { return .hit(answer) }
+            if let entry = store.entries[key], entry.expires > now { return .hit(entry.answer) }
             return .miss(Ticket(generation: store.generation, startedAt: now))
         }
         switch found {
@@ -90,32 +93,30 @@ final class AccessCache: Sendable {
     /// Stores an answer read after `ticket` was issued, unless the key changed or the cache was emptied since.
     func store(_ answer: Answer, for key: String, ticket: Ticket) {
         let now = Self.now()
-        // A read slower than a lifetime could predate a tombstone already swept away.
-        guard now - ticket.startedAt < self.lifetimeNanoseconds else { return }
+        let bucket = Self.bucket(key)
         self.store.withLock { store in
-            guard store.live, store.flushedAt <= ticket.generation else { return }
-            if let entry = store.entries[key], entry.generation > ticket.generation { return }
+            guard store.live, store.flushedAt <= ticket.generation, store.invalidatedAt[bucket] <= ticket.generation else { return }
             if store.entries.count >= self.capacity, store.entries[key] == nil {
                 Self.sweep(&store, now: now)
                 // Still full of live answers: start over; emptying counts as a flush for reads in flight.
                 if store.entries.count >= self.capacity { Self.flush(&store, live: true) }
             }
-            store.entries[key] = Entry(answer: answer, generation: store.generation, expires: now + self.lifetimeNanoseconds)
+            store.entries[key] = Entry(answer: answer, expires: ticket.startedAt + self.lifetimeNanoseconds)
         }
     }
 
     /// Forgets one key's answer (a pending key, or `*` for every key).
     func invalidate(_ key: String) {
         guard self.isEnabled else { return }
-        let now = Self.now()
+        let bucket = Self.bucket(key)
         self.store.withLock { store in
             if key == "*" {
                 Self.flush(&store, live: store.live)
                 return
             }
             store.generation += 1
-            guard store.live else { return }
-            store.entries[key] = Entry(answer: nil, generation: store.generation, expires: now + self.lifetimeNanoseconds)
+            store.invalidatedAt[bucket] = store.generation
+            store.entries.removeValue(forKey: key)
         }
     }
 
@@ -129,7 +130,7 @@ final class AccessCache: Sendable {
         }
     }
 
-    /// How many entries are held (tombstones included).
+    /// How many answers are held.
     var count: Int { self.store.withLock { $0.entries.count } }
 
     private static func flush(_ store: inout Store, live: Bool) {
@@ -142,6 +143,9 @@ final class AccessCache: Sendable {
     private static func sweep(_ store: inout Store, now: UInt64) {
         store.entries = store.entries.filter { $0.value.expires > now }
     }
+
+    /// The invalidation bucket of a key.
+    static func bucket(_ key: String) -> Int { key.hashValue & (Self.buckets - 1) }
 
     private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 }

@@ -1,5 +1,6 @@
 -- pgbench reference for ops/bench: the SQL of one grant of a non-consumable, statement for statement as
--- GrantStore.grant runs it (one transaction, eight round trips). Variables: pub, app, prod (uuids, -D).
+-- GrantStore.grant runs it (one transaction; pgbench sends each statement in its own round trip, where
+-- GrantStore pipelines them into two). Variables: pub, app, prod (uuids, -D).
 -- A random 12-digit number stands for the Apple transaction id and the customer.
 \set n random(100000000000, 999999999999)
 BEGIN;
@@ -13,8 +14,9 @@ INSERT INTO transactions (
     publisher_id, app_id, product_ref, transaction_id, original_transaction_id, product_id, customer_email,
     offer_id, environment, job_id, receipt_digest, state, purchase_date, expires_date, cancellation_date,
     received_at, verified_at
-) VALUES (:pub, :app, :prod, :n, :n, 'com.example.bench.premium', 'c' || :n || '@bench.example',
-    'BENCH_PREMIUM', 'Production', 'job-' || :n, md5(:n), 'verified', now(), NULL, NULL, now(), now())
+) SELECT :pub::uuid, :app::uuid, :prod::uuid, :n, :n, 'com.example.bench.premium', 'c' || :n || '@bench.example',
+    'BENCH_PREMIUM', 'Production', 'job-' || :n, md5(:n), 'verified', now(), NULL, NULL, now(), now()
+WHERE EXISTS (SELECT 1 FROM claims WHERE publisher_id = :pub AND claim_key = 'transaction:' || :n AND customer_email = 'c' || :n || '@bench.example')
 ON CONFLICT (app_id, transaction_id) DO UPDATE SET
     expires_date = EXCLUDED.expires_date,
     cancellation_date = COALESCE(transactions.cancellation_date, EXCLUDED.cancellation_date),

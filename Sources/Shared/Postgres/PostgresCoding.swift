@@ -56,7 +56,11 @@ extension Date: PostgresEncodable, PostgresDecodable {
         let seconds = micros.quotientAndRemainder(dividingBy: 1_000_000)
         let fraction = seconds.remainder < 0 ? seconds.remainder + 1_000_000 : seconds.remainder
         let whole = seconds.remainder < 0 ? seconds.quotient - 1 : seconds.quotient
-        return "\(PostgresTimestamp.format(unixSeconds: whole)).\(String(format: "%06lld", fraction))+00"
+        var text = PostgresTimestamp.format(unixSeconds: whole)
+        text += "."
+        PostgresTimestamp.append(fraction, width: 6, to: &text)
+        text += "+00"
+        return text
     }
 
     public static func decode(postgresText text: String?) -> Date? {

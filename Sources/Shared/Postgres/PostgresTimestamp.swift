@@ -13,7 +13,28 @@ enum PostgresTimestamp {
         let hour = secondsOfDay / 3600
         let minute = (secondsOfDay % 3600) / 60
         let second = secondsOfDay % 60
-        return String(format: "%04lld-%02lld-%02lld %02lld:%02lld:%02lld", year, month, day, hour, minute, second)
+        var text = ""
+        text.reserveCapacity(32)
+        Self.append(year, width: 4, to: &text)
+        text += "-"
+        Self.append(month, width: 2, to: &text)
+        text += "-"
+        Self.append(day, width: 2, to: &text)
+        text += " "
+        Self.append(hour, width: 2, to: &text)
+        text += ":"
+        Self.append(minute, width: 2, to: &text)
+        text += ":"
+        Self.append(second, width: 2, to: &text)
+        return text
+    }
+
+    /// `value` in decimal, zero-padded to `width` digits (`String(format:)` was a visible cost per grant).
+    static func append(_ value: Int64, width: Int, to text: inout String) {
+        let digits = String(value.magnitude)
+        if value < 0 { text += "-" }
+        if digits.utf8.count < width { text += String(repeating: "0", count: width - digits.utf8.count) }
+        text += digits
     }
 
     /// Parses `YYYY-MM-DD HH:MM:SS[.ffffff](+|-)HH[:MM]`.

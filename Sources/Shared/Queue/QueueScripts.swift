@@ -20,10 +20,9 @@ enum QueueScripts {
           local owner = redis.call('GET', KEYS[6])
           if owner and owner ~= ARGV[2] then return {'claimed'} end
         end
-        redis.call('HSET', KEYS[2], 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[2],
-          'offerId', ARGV[3], 'publisherId', ARGV[4], 'payload', ARGV[5], 'acceptedAt', ARGV[6], 'updatedAt', ARGV[6])
         local entry = redis.call('XADD', KEYS[3], '*', 'job', ARGV[1])
-        redis.call('HSET', KEYS[2], 'entry', entry)
+        redis.call('HSET', KEYS[2], 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[2], 'offerId', ARGV[3],
+          'publisherId', ARGV[4], 'payload', ARGV[5], 'acceptedAt', ARGV[6], 'updatedAt', ARGV[6], 'entry', entry)
         redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
         redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
         redis.call('SADD', KEYS[4], ARGV[1])

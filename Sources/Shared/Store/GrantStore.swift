@@ -14,10 +14,11 @@ public struct GrantStore: Sendable {
 
     /// Grants (or refuses) one purchase; see ``GrantOutcome``.
     ///
-    /// One transaction in three round trips on the usual path, since every round trip costs PostgreSQL and
-    /// the worker a context switch each (ops/bench): BEGIN, the customer-and-offer lock and the claim are
-    /// pipelined; the ledger upsert reads the current entitlement in the same statement (after the lock,
-    /// so nothing stale); the entitlement or wallet write, the ledger update and COMMIT are pipelined.
+    /// One transaction in two round trips on the usual path, since every round trip costs PostgreSQL and
+    /// the worker a context switch each (ops/bench). First, pipelined: BEGIN, the customer-and-offer lock,
+    /// the claim, and the ledger upsert, which writes only if the claim is this customer's and reads the
+    /// current entitlement in the same statement (after the lock, so nothing stale). Then, pipelined: the
+    /// entitlement or wallet write, the ledger update and COMMIT.
     public func grant(_ request: GrantRequest) async throws -> GrantOutcome {
         try await self.database.withConnection { session in
             do {
@@ -48,14 +49,16 @@ public struct GrantStore: Sendable {
                 """,
                 [job.publisherId, claimKey, job.customerEmail]
             ),
+            Self.recordVerifiedStatement(request, claimKey: claimKey),
         ])
         let owner = try opened[2].first?.decode(String.self, "customer_email")
         guard owner == job.customerEmail else {
+            // The ledger upsert wrote nothing: the claim is another customer's.
             try await session.query("COMMIT")
             return .alreadyClaimed
         }
-
-        let ledger = try await Self.recordVerified(request, session: session)
+        guard let ledgerRow = opened[3].first else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
+        let ledger = try Self.ledger(ledgerRow)
         // The ledger keeps a cancellation once seen: a stale answer that predates the refund grants nothing.
         if transaction.isCancelled || ledger.cancelled {
             let cancelledAt = ledger.cancelledAt ?? transaction.cancellationDateMilliseconds.map(Self.date) ?? request.verifiedAt
@@ -267,20 +270,24 @@ public struct GrantStore: Sendable {
         Date(timeIntervalSince1970: Double(milliseconds) / 1000)
     }
 
-    /// Upserts the ledger row and, in the same statement, reads the customer's current entitlement (the
-    /// lock is held, so it is the state this grant builds on).
-    private static func recordVerified(_ request: GrantRequest, session: PostgresSession) async throws -> LedgerRow {
+    /// Upserts the ledger row, only if `claimKey` is this customer's (the claim precedes it in the same
+    /// transaction), and in the same statement reads the customer's current entitlement (the lock is held,
+    /// so it is the state this grant builds on).
+    private static func recordVerifiedStatement(_ request: GrantRequest, claimKey: String) -> (String, [any PostgresEncodable]) {
         let transaction = request.transaction
         let job = request.job
         func date(_ milliseconds: Int64?) -> Date? { milliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
-        let row = try await session.query(
+        return (
             """
             WITH ledger AS (
                 INSERT INTO transactions (
                     publisher_id, app_id, product_ref, transaction_id, original_transaction_id, product_id, customer_email,
                     offer_id, environment, job_id, receipt_digest, state, purchase_date, expires_date, cancellation_date,
                     received_at, verified_at
-                ) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'verified', $12, $13, $14, $15, $16)
+                )
+                SELECT $1::uuid, $2::uuid, $3::uuid, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text,
+                    $11::text, 'verified', $12::timestamptz, $13::timestamptz, $14::timestamptz, $15::timestamptz, $16::timestamptz
+                WHERE EXISTS (SELECT 1 FROM claims WHERE publisher_id = $1 AND claim_key = $17 AND customer_email = $7)
                 ON CONFLICT (app_id, transaction_id) DO UPDATE SET
                     expires_date = EXCLUDED.expires_date,
                     cancellation_date = COALESCE(transactions.cancellation_date, EXCLUDED.cancellation_date),
@@ -297,10 +304,12 @@ public struct GrantStore: Sendable {
                 transaction.productId, job.customerEmail, job.offerId, request.environment, job.jobId,
                 ReceiptDigest.hex(of: job.receiptData), date(transaction.purchaseDateMilliseconds),
                 date(transaction.expiresDateMilliseconds), date(transaction.cancellationDateMilliseconds),
-                Date(timeIntervalSince1970: Double(job.acceptedAtMilliseconds) / 1000), request.verifiedAt,
+                Date(timeIntervalSince1970: Double(job.acceptedAtMilliseconds) / 1000), request.verifiedAt, claimKey,
             ]
-        ).first
-        guard let row else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
+        )
+    }
+
+    private static func ledger(_ row: PostgresRow) throws -> LedgerRow {
         let entitlement: (expiresAt: Date?, active: Bool)? = try row.decode(Bool.self, "has_entitlement")
             ? (try row.decode(Date?.self, "entitlement_expires_at"), try row.decode(Bool.self, "entitlement_active")) : nil
         return LedgerRow(
