@@ -22,7 +22,7 @@ struct OutageTests {
         (try? await system.request(.GET, "/health/ready", base: "http://127.0.0.1:\(port)").status) ?? 0
     }
 
-    @Test("Redis down: the API answers 503 with Retry-After (never OK), readiness says 503 on API and worker; back up, all recover and every accepted job is granted")
+    @Test("Redis down: the API answers 503 with Retry-After (never OK) and serves no access status from memory, readiness says 503 on API and worker; back up, all recover and every accepted job is granted")
     func redisOutage() async throws {
         let redis = try await DedicatedRedis()
         let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"], redisURL: redis.url)
@@ -37,6 +37,13 @@ struct OutageTests {
                 jobs.append(try #require(reply.json["jobId"] as? String))
             }
 
+            // The access status is served from memory while the API is subscribed to changes...
+            let poll = "/v1/access-status?customerEmail=outage%40example.com&offerId=S200_US"
+            _ = try await Poll.until(timeout: .seconds(10), "the access status served from memory") {
+                #expect(try await system.request(.GET, poll, headers: publisher.headers).status == 200)
+                return try await AccessCacheSystemTests.cacheCount(system, "hit", base: system.apiBase) > 0 ? true : nil
+            }
+
             await redis.stop()
             _ = try await Poll.until(timeout: .seconds(30), "API and worker not ready") {
                 let api = try await Self.ready(system, port: apiPort)
@@ -47,6 +54,9 @@ struct OutageTests {
             #expect(refused.status == 503)
             #expect(refused.headers["retry-after"] != nil)
             #expect(refused.json["code"] as? String == "dependency_unavailable")
+            // ...and not while the subscription is lost: changes could be missed, so it is not answered from memory.
+            let unsubscribed = try await system.request(.GET, poll, headers: publisher.headers)
+            #expect(unsubscribed.status == 503)
 
             try await redis.start()
             _ = try await Poll.until(timeout: .seconds(30), "API and worker ready again") {
@@ -56,6 +66,11 @@ struct OutageTests {
             }
             let accepted = try await Self.submit(system, publisher, 1001)
             #expect(accepted.status == 200)
+            let hitsBefore = try await AccessCacheSystemTests.cacheCount(system, "hit", base: system.apiBase)
+            _ = try await Poll.until(timeout: .seconds(10), "the access status served from memory again") {
+                #expect(try await system.request(.GET, poll, headers: publisher.headers).status == 200)
+                return try await AccessCacheSystemTests.cacheCount(system, "hit", base: system.apiBase) > hitsBefore ? true : nil
+            }
             jobs.append(try #require(accepted.json["jobId"] as? String))
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count)

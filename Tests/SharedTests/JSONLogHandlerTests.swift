@@ -31,4 +31,14 @@ struct JSONLogHandlerTests {
         #expect(text.hasPrefix("{\"ts\":\""))
         #expect(text.contains("\",\"level\":\"warning\",\"label\":\"tollgate.test\",\"msg\":"))
     }
+
+    @Test("metadata: the handler's and the event's in key order, the event's value winning a shared key")
+    func metadataOrder() {
+        var handler = JSONLogHandler(label: "t", level: .info)
+        handler[metadataKey: "b"] = "handler"
+        handler[metadataKey: "d"] = "4"
+        let text = handler.line(level: .info, message: "m", metadata: ["c": "3", "b": "event", "a": "1", "label": "no"])
+        #expect(text.hasSuffix(#""msg":"m","a":"1","b":"event","c":"3","d":"4"}"# + "\n"))
+        #expect(handler.line(level: .info, message: "m", metadata: nil).hasSuffix(#""msg":"m","b":"handler","d":"4"}"# + "\n"))
+    }
 }

@@ -67,13 +67,14 @@ extension ReceiptJob {
         var bytes = (0..<2).flatMap { _ in withUnsafeBytes(of: generator.next() as UInt64, Array.init) }
         bytes[6] = (bytes[6] & 0x0f) | 0x40
         bytes[8] = (bytes[8] & 0x3f) | 0x80
-        let hex = Hex.encode(bytes)
-        var id = ""
-        id.reserveCapacity(36)
-        for (index, character) in hex.enumerated() {
-            if index == 8 || index == 12 || index == 16 || index == 20 { id.append("-") }
-            id.append(character)
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(36)
+        for (index, byte) in bytes.enumerated() {
+            if index == 4 || index == 6 || index == 8 || index == 10 { text.append(UInt8(ascii: "-")) }
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
         }
-        return id
+        return String(decoding: text, as: UTF8.self)
     }
 }

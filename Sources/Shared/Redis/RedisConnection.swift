@@ -166,21 +166,22 @@ final class RedisConnection {
     }
 
     private static func append(_ command: [String], to context: UnsafeMutablePointer<redisContext>) -> RedisError? {
-        // One contiguous buffer for all arguments; hiredis copies it into its output buffer at once.
-        var bytes: [CChar] = []
+        // One contiguous buffer for all arguments (copied whole from each string's UTF-8); hiredis copies
+        // it into its output buffer at once.
+        var bytes: [UInt8] = []
         var offsets: [Int] = []
         var lengths: [Int] = []
         offsets.reserveCapacity(command.count)
         lengths.reserveCapacity(command.count)
+        bytes.reserveCapacity(command.reduce(1) { $0 + $1.utf8.count })
         for argument in command {
             offsets.append(bytes.count)
-            let utf8 = argument.utf8
-            lengths.append(utf8.count)
-            bytes.append(contentsOf: utf8.map { CChar(bitPattern: $0) })
+            lengths.append(argument.utf8.count)
+            bytes.append(contentsOf: argument.utf8)
         }
         if bytes.isEmpty { bytes.append(0) }
-        let status = bytes.withUnsafeBufferPointer { buffer -> Int32 in
-            guard let base = buffer.baseAddress else { return REDIS_ERR }
+        let status = bytes.withUnsafeBytes { raw -> Int32 in
+            guard let base = raw.baseAddress?.assumingMemoryBound(to: CChar.self) else { return REDIS_ERR }
             var argv: [UnsafePointer<CChar>?] = offsets.map { base + $0 }
             return argv.withUnsafeMutableBufferPointer { argvBuffer in
                 lengths.withUnsafeBufferPointer { lengthBuffer in

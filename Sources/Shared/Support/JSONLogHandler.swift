@@ -55,13 +55,22 @@ public struct JSONLogHandler: LogHandler {
         Self.appendString(self.label, to: &line)
         line += ",\"msg\":"
         Self.appendString(message, to: &line)
-        var merged = self.metadata
-        if let extra = metadata { merged.merge(extra) { _, new in new } }
-        for key in merged.keys.sorted() where !["ts", "level", "label", "msg"].contains(key) {
+        // The handler's metadata and the event's (which wins), in key order, without merging dictionaries.
+        var keys = Array(self.metadata.keys)
+        if let metadata {
+            for key in metadata.keys where self.metadata[key] == nil { keys.append(key) }
+        }
+        keys.sort()
+        for key in keys {
+            switch key {
+            case "ts", "level", "label", "msg": continue
+            default: break
+            }
+            guard let value = metadata?[key] ?? self.metadata[key] else { continue }
             line += ","
             Self.appendString(key, to: &line)
             line += ":"
-            Self.append(merged[key]!, to: &line)
+            Self.append(value, to: &line)
         }
         line += "}\n"
         return line
