@@ -26,19 +26,18 @@ public enum MetricHandles {
     private static let timers = Mutex<[String: Metrics.Timer]>([:])
 
     public static func counter(_ label: String, _ dimensions: [(String, String)] = []) -> Metrics.Counter {
-        let key = Self.key(label, dimensions)
-        if let made = Self.counters.withLock({ $0[key] }) { return made }
-        let made = Metrics.Counter(label: label, dimensions: dimensions)
-        Self.counters.withLock { $0[key] = made }
-        return made
+        Self.handle(Self.counters, Self.key(label, dimensions)) { Metrics.Counter(label: label, dimensions: dimensions) }
     }
 
     public static func timer(_ label: String, _ dimensions: [(String, String)] = []) -> Metrics.Timer {
-        let key = Self.key(label, dimensions)
-        if let made = Self.timers.withLock({ $0[key] }) { return made }
-        let made = Metrics.Timer(label: label, dimensions: dimensions)
-        Self.timers.withLock { $0[key] = made }
-        return made
+        Self.handle(Self.timers, Self.key(label, dimensions)) { Metrics.Timer(label: label, dimensions: dimensions) }
+    }
+
+    private static func handle<Metric: Sendable>(_ made: borrowing Mutex<[String: Metric]>, _ key: String, make: () -> Metric) -> Metric {
+        if let found = made.withLock({ $0[key] }) { return found }
+        let metric = make()
+        made.withLock { $0[key] = metric }
+        return metric
     }
 
     private static func key(_ label: String, _ dimensions: [(String, String)]) -> String {
