@@ -127,6 +127,7 @@ final class AccessCache: Sendable {
         case .subscribed: self.store.withLock { Self.flush(&$0, live: true) }
         case .lost: self.store.withLock { Self.flush(&$0, live: false) }
         case .message(let key): self.invalidate(key)
+        case .unavailable: break
         }
     }
 

@@ -45,7 +45,7 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
         router: router,
         configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "tollgate-api"),
         services: [QueueGauges(queue: services.queue, logger: logger), AccessInvalidations(
-            cache: services.accessCache, redis: configuration.redis, channel: services.queue.keys.accessChannel
+            cache: services.accessCache, redis: configuration.redis, channel: services.queue.keys.accessChannel, logger: logger
         )],
         onServerRunning: { channel in
             let port = channel.localAddress?.port ?? configuration.httpPort

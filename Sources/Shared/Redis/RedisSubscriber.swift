@@ -19,6 +19,9 @@ public final class RedisSubscriber: Sendable {
         case message(String)
         /// The subscription broke; the subscriber reconnects by itself.
         case lost
+        /// A subscription could not be set up (once per streak of failures): Redis is away, or refuses
+        /// `SUBSCRIBE` (an ACL). The subscriber keeps trying.
+        case unavailable(String)
     }
 
     private let configuration: RedisConfiguration
@@ -65,8 +68,16 @@ public final class RedisSubscriber: Sendable {
 
     private func listen() {
         var backoffMilliseconds: Int32 = 100
+        var reported = false
         while !self.isStopped {
-            if self.session() { backoffMilliseconds = 100 }
+            switch self.session() {
+            case .success:
+                backoffMilliseconds = 100
+                reported = false
+            case .failure(let error):
+                if !reported, !self.isStopped { self.handler(.unavailable(error.message)) }
+                reported = true
+            }
             guard !self.isStopped else { return }
             // Redis is away: wait (or be woken for shutdown) before the next try.
             var descriptor = pollfd(fd: self.wake.read, events: Int16(POLLIN), revents: 0)
@@ -76,13 +87,21 @@ public final class RedisSubscriber: Sendable {
     }
 
     /// One connection's life: subscribe, then hear messages until it breaks or the subscriber stops.
-    /// Returns whether the subscription was established.
-    private func session() -> Bool {
+    /// Fails when the subscription could not be established.
+    private func session() -> Result<Void, RedisError> {
         let connection: RedisConnection
-        do { connection = try RedisConnection(configuration: self.configuration) } catch { return false }
-        guard case .success(let replies) = connection.execute([["SUBSCRIBE", self.channel]]),
-            case .success(let confirmation)? = replies.first, confirmation.array?.first?.string == "subscribe"
-        else { return false }
+        do { connection = try RedisConnection(configuration: self.configuration) } catch {
+            return .failure(error as? RedisError ?? RedisError(.connection, "\(error)"))
+        }
+        switch connection.execute([["SUBSCRIBE", self.channel]]) {
+        case .failure(let error): return .failure(error)
+        case .success(let replies):
+            switch replies.first {
+            case .failure(let error)?: return .failure(error)
+            case .success(let confirmation)? where confirmation.array?.first?.string == "subscribe": break
+            default: return .failure(RedisError(.protocolViolation, "SUBSCRIBE was not confirmed"))
+            }
+        }
         self.handler(.subscribed)
         defer { if !self.isStopped { self.handler(.lost) } }
 
@@ -91,9 +110,9 @@ public final class RedisSubscriber: Sendable {
         while !self.isStopped {
             switch connection.awaitPush(timeoutMilliseconds: 1_000, wake: self.wake.read) {
             case .failure:
-                return true
+                return .success(())
             case .success(.woken):
-                return true
+                return .success(())
             case .success(.reply(let value)):
                 lastHeard = Self.now()
                 pingSent = nil
@@ -103,14 +122,14 @@ public final class RedisSubscriber: Sendable {
             case .success(.idle):
                 let now = Self.now()
                 if let sent = pingSent {
-                    if now - sent > self.silenceMilliseconds { return true }
+                    if now - sent > self.silenceMilliseconds { return .success(()) }
                 } else if now - lastHeard > self.silenceMilliseconds {
-                    guard connection.write(["PING"]) == nil else { return true }
+                    guard connection.write(["PING"]) == nil else { return .success(()) }
                     pingSent = now
                 }
             }
         }
-        return true
+        return .success(())
     }
 
     private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds / 1_000_000 }

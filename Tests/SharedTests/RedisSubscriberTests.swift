@@ -1,0 +1,51 @@
+import Foundation
+import Synchronization
+import Testing
+import TestSupport
+@testable import Shared
+
+@Suite("RedisSubscriber against a real Redis")
+struct RedisSubscriberTests {
+    /// The events a subscriber reported, in order.
+    final class Heard: Sendable {
+        let events = Mutex<[RedisSubscriber.Event]>([])
+        func append(_ event: RedisSubscriber.Event) { self.events.withLock { $0.append(event) } }
+        var all: [RedisSubscriber.Event] { self.events.withLock { $0 } }
+    }
+
+    @Test("subscribes, hears what is published on its channel only, and stops without reporting a loss")
+    func hearsItsChannel() async throws {
+        let configuration = try RedisConfiguration(url: TestEnvironment.redisURL())
+        let channel = TestEnvironment.uniquePrefix() + ":channel"
+        let heard = Heard()
+        let subscriber = RedisSubscriber(configuration: configuration, channel: channel) { heard.append($0) }
+        subscriber.start()
+        let client = try TestEnvironment.redis()
+        _ = try await Poll.until(timeout: .seconds(10), "subscribed") { heard.all.first == .subscribed ? true : nil }
+        try await client.send("PUBLISH", channel + ":other", "not for us")
+        for payload in ["one", "two", "*"] { try await client.send("PUBLISH", channel, payload) }
+        _ = try await Poll.until(timeout: .seconds(10), "three messages") { heard.all.count == 4 ? true : nil }
+        #expect(heard.all == [.subscribed, .message("one"), .message("two"), .message("*")])
+
+        await subscriber.shutdown()
+        #expect(heard.all.count == 4, "a shutdown is not reported as a lost subscription")
+        await client.shutdown()
+    }
+
+    @Test("a Redis that cannot be reached is reported once per streak of failures, not on every retry")
+    func unavailableOnce() async throws {
+        let port = try DedicatedRedis.freePort()
+        let configuration = try RedisConfiguration(url: "redis://127.0.0.1:\(port)/0")
+        let heard = Heard()
+        let subscriber = RedisSubscriber(configuration: configuration, channel: "nobody") { heard.append($0) }
+        subscriber.start()
+        _ = try await Poll.until(timeout: .seconds(10), "reported unavailable") { heard.all.isEmpty ? nil : true }
+        // A window in which it retries at 100, 200, 400 and 800 ms: still one report. (Slower retries
+        // would only make the window see fewer; it cannot make the test fail.)
+        try await Task.sleep(for: .milliseconds(1_600))
+        await subscriber.shutdown()
+        let events = heard.all
+        #expect(events.count == 1)
+        if case .unavailable(let reason)? = events.first { #expect(!reason.isEmpty) } else { Issue.record("expected .unavailable, heard \(events)") }
+    }
+}
