@@ -20,6 +20,11 @@ struct Admin: AsyncParsableCommand {
         var url: String?
 
         /// Sends one admin request and prints the answer; throws `ExitCode(1)` on a refusal.
+        /// `PATCH <collection>/<id>` with `{"enabled": …}`: enabling and disabling publishers and products.
+        func setEnabled(_ enabled: Bool, _ collection: String, _ id: String) async throws {
+            try await self.call(.PATCH, "\(collection)/\(try pathSegment(id))", body: ["enabled": enabled])
+        }
+
         func call(_ method: HTTPMethod, _ path: String, body: [String: Any]? = nil) async throws {
             let environment = ProcessInfo.processInfo.environment
             guard let token = environment["TOLLGATE_ADMIN_TOKEN"], !token.isEmpty else {
@@ -80,14 +85,14 @@ struct Admin: AsyncParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Accept a publisher's credentials again.")
             @OptionGroup var connection: Connection
             @Argument(help: "The publisher id.") var publisherId: String
-            func run() async throws { try await self.connection.call(.PATCH, "/publishers/\(try pathSegment(self.publisherId))", body: ["enabled": true]) }
+            func run() async throws { try await self.connection.setEnabled(true, "/publishers", self.publisherId) }
         }
 
         struct Disable: AsyncParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Refuse a publisher's credentials and customer tokens (within seconds on every API process).")
             @OptionGroup var connection: Connection
             @Argument(help: "The publisher id.") var publisherId: String
-            func run() async throws { try await self.connection.call(.PATCH, "/publishers/\(try pathSegment(self.publisherId))", body: ["enabled": false]) }
+            func run() async throws { try await self.connection.setEnabled(false, "/publishers", self.publisherId) }
         }
 
         struct RotateCredentials: AsyncParsableCommand {
@@ -164,14 +169,14 @@ struct Admin: AsyncParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Accept receipts for a product again.")
             @OptionGroup var connection: Connection
             @Argument(help: "The product id (UUID).") var id: String
-            func run() async throws { try await self.connection.call(.PATCH, "/products/\(try pathSegment(self.id))", body: ["enabled": true]) }
+            func run() async throws { try await self.connection.setEnabled(true, "/products", self.id) }
         }
 
         struct Disable: AsyncParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Refuse new receipts for a product (422 unknown offer).")
             @OptionGroup var connection: Connection
             @Argument(help: "The product id (UUID).") var id: String
-            func run() async throws { try await self.connection.call(.PATCH, "/products/\(try pathSegment(self.id))", body: ["enabled": false]) }
+            func run() async throws { try await self.connection.setEnabled(false, "/products", self.id) }
         }
     }
 

@@ -35,25 +35,13 @@ enum FaultResponder {
             try await state.hold(milliseconds: holdMs)
             return Response(status: .gatewayTimeout)
         case .html:
-            return Response(
-                status: .ok,
-                headers: [.contentType: "text/html; charset=utf-8"],
-                body: ResponseBody(byteBuffer: ByteBuffer(string: htmlBody))
-            )
+            return Self.ok(htmlBody, contentType: "text/html; charset=utf-8")
         case .empty:
             return Response(status: .ok, headers: [.contentType: "application/json"])
         case .truncated:
-            return Response(
-                status: .ok,
-                headers: [.contentType: "application/json"],
-                body: ResponseBody(byteBuffer: ByteBuffer(string: truncatedBody))
-            )
+            return Self.ok(truncatedBody)
         case .malformed:
-            return Response(
-                status: .ok,
-                headers: [.contentType: "application/json"],
-                body: ResponseBody(byteBuffer: ByteBuffer(string: malformedBody))
-            )
+            return Self.ok(malformedBody)
         case .oversized:
             return Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: oversizedBody))
         case .status21002:
@@ -66,5 +54,10 @@ enum FaultResponder {
             answer.retryableKey = retryableKey
             return try JSONAnswer.response(answer)
         }
+    }
+
+    /// A 200 whose body is `text`, which a client must not take for Apple's answer.
+    private static func ok(_ text: String, contentType: String = "application/json") -> Response {
+        Response(status: .ok, headers: [.contentType: contentType], body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
     }
 }
