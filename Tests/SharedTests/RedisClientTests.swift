@@ -294,6 +294,36 @@ struct RedisClientTests {
         await client.shutdown()
     }
 
+    @Test(
+        "a server that accepts but never answers: the command fails after the reply timeout, and the next one tries again",
+        .timeLimit(.minutes(1))
+    )
+    func silentServer() async throws {
+        // A listening socket nobody accepts from: the kernel completes the handshake, nothing ever replies.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let listening = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0 && listen(fd, 8) == 0
+            }
+        }
+        try #require(listening)
+        var configuration = try RedisConfiguration(url: "redis://127.0.0.1:\(UInt16(bigEndian: address.sin_port))/0")
+        configuration.timeoutMilliseconds = 300
+        let client = RedisClient(configuration: configuration, connections: 1)
+        for _ in 0..<2 {
+            let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
+            #expect(error?.code == .connection)
+            #expect(error?.message.contains("no reply within 300 ms") == true, "\(String(describing: error))")
+        }
+        await client.shutdown()
+    }
+
     @Test("after shutdown, commands fail with .closed")
     func closedAfterShutdown() async throws {
         let client = try TestEnvironment.redis(connections: 1)

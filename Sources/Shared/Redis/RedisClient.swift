@@ -1,31 +1,32 @@
 import Logging
+import NIOCore
 import NIOPosix
 import Synchronization
 
-/// An `async` Redis client over hiredis: a small pool of pipelined connections, each driven by a thread
-/// of the client's own, so blocking socket calls never run on Swift's cooperative thread pool.
+/// An `async` Redis client: a small pool of pipelined, non-blocking connections on SwiftNIO event loops,
+/// with replies parsed by hiredis' reader. No socket call ever blocks Swift's cooperative thread pool.
 ///
 /// Connections open lazily and reopen after a failure; a command that was in flight when a connection
 /// broke fails with a ``RedisError`` of code `.connection`, and the next command reconnects.
 public final class RedisClient: Sendable {
     private let pipelines: [RedisPipeline]
-    private let threadPool: NIOThreadPool
     private let next = Atomic<Int>(0)
 
     /// The configuration the client connects with.
     public let configuration: RedisConfiguration
 
-    /// Creates a client with `connections` pipelined connections (and as many threads).
+    /// Creates a client with `connections` pipelined connections, spread over the group's event loops.
     ///
     /// A command that blocks the server side (`XREADGROUP … BLOCK`) holds its whole connection: give
     /// such commands a client of their own.
-    public init(configuration: RedisConfiguration, connections: Int = 4) {
+    public init(
+        configuration: RedisConfiguration,
+        connections: Int = 4,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) {
         let count = max(1, connections)
         self.configuration = configuration
-        let threadPool = NIOThreadPool(numberOfThreads: count)
-        threadPool.start()
-        self.threadPool = threadPool
-        self.pipelines = (0..<count).map { _ in RedisPipeline(configuration: configuration, threadPool: threadPool) }
+        self.pipelines = (0..<count).map { _ in RedisPipeline(configuration: configuration, eventLoop: eventLoopGroup.next()) }
     }
 
     /// Sends one command, given as its argument vector (`["SET", key, value]`).
@@ -68,9 +69,8 @@ public final class RedisClient: Sendable {
         (try? await self.send("PING"))?.string == "PONG"
     }
 
-    /// Fails queued commands, refuses new ones and stops the client's threads.
+    /// Fails queued commands, refuses new ones and closes the connections.
     public func shutdown() async {
-        for pipeline in self.pipelines { pipeline.close() }
-        try? await self.threadPool.shutdownGracefully()
+        for pipeline in self.pipelines { await pipeline.close() }
     }
 }

@@ -1,11 +1,12 @@
 import CHiredis
 import Foundation
 
-/// One hiredis connection: the only place in Tollgate that touches a hiredis handle.
+/// The one file that touches hiredis: a blocking connection for ``RedisSubscriber`` (which owns a thread
+/// for it), and the protocol reader that ``RedisPipeline``'s event-loop connections parse replies with.
 ///
-/// Every method blocks on the socket, so it must only be called from a thread of the client's own
-/// pool, never from Swift's cooperative pool. A connection is used by one thread at a time; the owner
-/// (``RedisPipeline``) guarantees that.
+/// One blocking hiredis connection.
+/// Every method blocks on the socket, so it must only be called from that thread, never from Swift's
+/// cooperative pool.
 final class RedisConnection {
     private var context: UnsafeMutablePointer<redisContext>?
     private let configuration: RedisConfiguration
@@ -192,7 +193,8 @@ final class RedisConnection {
         return status == REDIS_OK ? nil : RedisError(.connection, Self.contextError(context))
     }
 
-    private static func decode(_ reply: UnsafeMutablePointer<redisReply>) -> Result<RedisValue, RedisError> {
+    /// Converts a hiredis reply tree; the caller frees it.
+    static func decode(_ reply: UnsafeMutablePointer<redisReply>) -> Result<RedisValue, RedisError> {
         let node = reply.pointee
         switch node.type {
         case REDIS_REPLY_ERROR:
@@ -239,5 +241,51 @@ final class RedisConnection {
             let message = String(decoding: bytes, as: UTF8.self)
             return message.isEmpty ? "connection lost" : message
         }
+    }
+}
+
+/// hiredis' protocol reader: bytes in, whole replies out, whatever way the bytes were split.
+///
+/// Not thread-safe; owned by one connection's handler on its event loop.
+final class RedisReplyReader {
+    /// What ``next()`` found.
+    enum Next {
+        /// A whole reply: a value, or Redis' error reply.
+        case reply(Result<RedisValue, RedisError>)
+        /// The bytes so far end mid-reply.
+        case incomplete
+        /// The bytes are not the Redis protocol; the connection cannot go on.
+        case failed(RedisError)
+    }
+
+    private let reader: UnsafeMutablePointer<redisReader>
+
+    init() {
+        guard let reader = redisReaderCreate() else { fatalError("hiredis could not allocate a reader") }
+        self.reader = reader
+    }
+
+    deinit {
+        redisReaderFree(self.reader)
+    }
+
+    /// Appends bytes read from the socket; false when the reader is out of memory.
+    func feed(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let base = bytes.baseAddress, !bytes.isEmpty else { return true }
+        return redisReaderFeed(self.reader, base.assumingMemoryBound(to: CChar.self), bytes.count) == REDIS_OK
+    }
+
+    /// The next whole reply, if the bytes fed so far hold one.
+    func next() -> Next {
+        var raw: UnsafeMutableRawPointer?
+        guard redisReaderGetReply(self.reader, &raw) == REDIS_OK else {
+            let message = withUnsafeBytes(of: self.reader.pointee.errstr) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            return .failed(RedisError(.protocolViolation, message.isEmpty ? "unreadable reply" : message))
+        }
+        guard let raw else { return .incomplete }
+        defer { freeReplyObject(raw) }
+        return .reply(RedisConnection.decode(raw.assumingMemoryBound(to: redisReply.self)))
     }
 }

@@ -1,124 +1,284 @@
+import NIOCore
 import NIOPosix
-import Synchronization
 
-/// One Redis connection shared by many concurrent callers through automatic pipelining.
+/// One Redis connection shared by many concurrent callers through automatic pipelining, driven by a
+/// SwiftNIO event loop.
 ///
-/// Callers enqueue commands; a single drain job on the client's thread pool writes everything queued so
-/// far in one batch and reads the replies in order. Under load, many commands share one round trip; when
-/// idle, a command costs one round trip. The hiredis handle is only touched by the drain job, which runs
-/// on a pool thread, never on Swift's cooperative pool.
+/// Commands queued within one turn of the loop leave in one write, and their replies (parsed by hiredis'
+/// reader) come back in order. Nothing blocks: the socket is non-blocking and owned by the event loop,
+/// and no thread of the client's own sits between the caller and the socket.
+/// Connects lazily and again after a failure; commands in flight when the connection broke fail with a
+/// ``RedisError`` of code `.connection`.
 final class RedisPipeline: Sendable {
-    private struct Pending {
-        let command: [String]
-        let continuation: CheckedContinuation<RedisValue, any Error>
-    }
+    /// The loop that owns the connection.
+    let eventLoop: any EventLoop
+    private let core: Core
 
-    private struct State {
-        var queue: [Pending] = []
-        var draining = false
-        var closed = false
-    }
-
-    /// Holds the connection. It is only accessed by the drain job, and `State.draining` guarantees that at
-    /// most one drain job runs at a time, so the handle is never used from two threads at once.
-    private final class ConnectionBox: @unchecked Sendable {
-        var connection: RedisConnection?
-    }
-
-    private let state = Mutex(State())
-    private let box = ConnectionBox()
-    private let configuration: RedisConfiguration
-    private let threadPool: NIOThreadPool
-    private let maxBatch = 512
-
-    init(configuration: RedisConfiguration, threadPool: NIOThreadPool) {
-        self.configuration = configuration
-        self.threadPool = threadPool
+    init(configuration: RedisConfiguration, eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+        self.core = Core(configuration: configuration, eventLoop: eventLoop)
     }
 
     /// Sends one command and waits for its reply.
     func send(_ command: [String]) async throws -> RedisValue {
         try await withCheckedThrowingContinuation { continuation in
-            let startDrain = self.state.withLock { state -> Bool? in
-                if state.closed { return nil }
-                state.queue.append(Pending(command: command, continuation: continuation))
-                if state.draining { return false }
-                state.draining = true
-                return true
-            }
-            switch startDrain {
-            case nil: continuation.resume(throwing: RedisError(.closed, "the Redis client is shut down"))
-            case true?: self.threadPool.submit { _ in self.drain() }
-            case false?: break
+            if self.eventLoop.inEventLoop {
+                self.core.enqueue(command, continuation)
+            } else {
+                self.eventLoop.execute { self.core.enqueue(command, continuation) }
             }
         }
     }
 
-    /// Fails every queued command and refuses new ones.
-    func close() {
-        let queued = self.state.withLock { state -> [Pending] in
-            state.closed = true
-            // A running drain job fails what is queued itself.
-            if state.draining { return [] }
-            defer { state.queue.removeAll() }
-            return state.queue
-        }
-        for pending in queued {
-            pending.continuation.resume(throwing: RedisError(.closed, "the Redis client is shut down"))
+    /// Fails queued commands, refuses new ones and closes the connection.
+    func close() async {
+        let closed = self.eventLoop.flatSubmit { self.core.close() }
+        try? await closed.get()
+    }
+}
+
+/// The pipeline's state. Confined to its event loop: every method runs there, which is what makes the
+/// unchecked `Sendable` sound.
+private final class Core: @unchecked Sendable {
+    private enum State {
+        case idle
+        case connecting
+        case connected(any Channel, RedisReplyHandler)
+        case closed
+    }
+
+    private typealias Parked = (command: [String], continuation: CheckedContinuation<RedisValue, any Error>)
+
+    private let configuration: RedisConfiguration
+    private let eventLoop: any EventLoop
+    private var state = State.idle
+    /// Commands waiting for the connection to open.
+    private var parked: [Parked] = []
+    /// Encoded commands waiting for the end of this turn of the loop.
+    private var outbound = ByteBuffer()
+    private var flushScheduled = false
+
+    init(configuration: RedisConfiguration, eventLoop: any EventLoop) {
+        self.configuration = configuration
+        self.eventLoop = eventLoop
+    }
+
+    func enqueue(_ command: [String], _ continuation: CheckedContinuation<RedisValue, any Error>) {
+        self.eventLoop.assertInEventLoop()
+        switch self.state {
+        case .connected(_, let handler):
+            self.write(command, waiter: .caller(continuation), handler: handler)
+        case .connecting:
+            self.parked.append((command, continuation))
+        case .idle:
+            self.parked.append((command, continuation))
+            self.connect()
+        case .closed:
+            continuation.resume(throwing: RedisError(.closed, "the Redis client is shut down"))
         }
     }
 
-    private func drain() {
-        while true {
-            let batch = self.state.withLock { state -> [Pending] in
-                if state.queue.isEmpty || state.closed {
-                    state.draining = false
-                    return []
+    func close() -> EventLoopFuture<Void> {
+        self.eventLoop.assertInEventLoop()
+        let previous = self.state
+        self.state = .closed
+        self.failParked(RedisError(.closed, "the Redis client is shut down"))
+        guard case .connected(let channel, let handler) = previous else { return self.eventLoop.makeSucceededVoidFuture() }
+        handler.closeReason = RedisError(.closed, "the Redis client is shut down")
+        return channel.close().recover { _ in }
+    }
+
+    private func write(_ command: [String], waiter: RedisReplyHandler.Waiter, handler: RedisReplyHandler) {
+        if let error = handler.expect(waiter) {
+            waiter.fail(error)
+            return
+        }
+        RESP.encode(command, into: &self.outbound)
+        guard !self.flushScheduled else { return }
+        self.flushScheduled = true
+        // Everything queued until this task runs leaves in one write.
+        self.eventLoop.execute { self.flush() }
+    }
+
+    private func flush() {
+        self.flushScheduled = false
+        guard case .connected(let channel, _) = self.state, self.outbound.readableBytes > 0 else { return }
+        let bytes = self.outbound
+        self.outbound = channel.allocator.buffer(capacity: 1024)
+        channel.writeAndFlush(bytes, promise: nil)
+    }
+
+    private func connect() {
+        self.state = .connecting
+        let configuration = self.configuration
+        let timeout = TimeAmount.milliseconds(Int64(configuration.timeoutMilliseconds))
+        ClientBootstrap(group: self.eventLoop)
+            .connectTimeout(timeout)
+            .channelOption(.socketOption(.so_keepalive), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandlers(
+                        IdleStateHandler(readTimeout: .nanoseconds(timeout.nanoseconds / 2)),
+                        RedisReplyHandler(timeout: timeout)
+                    )
                 }
-                let count = min(state.queue.count, self.maxBatch)
-                let batch = Array(state.queue.prefix(count))
-                state.queue.removeFirst(count)
-                return batch
             }
-            if batch.isEmpty {
-                self.failLeftovers()
-                return
-            }
-            self.run(batch)
+            .connect(host: configuration.host, port: configuration.port)
+            .whenComplete { result in self.connected(result) }
+    }
+
+    private func connected(_ result: Result<any Channel, any Error>) {
+        guard case .connecting = self.state else {
+            // Closed while connecting.
+            if case .success(let channel) = result { channel.close(promise: nil) }
+            return
+        }
+        let channel: any Channel
+        let handler: RedisReplyHandler
+        do {
+            channel = try result.get()
+            handler = try channel.pipeline.syncOperations.handler(type: RedisReplyHandler.self)
+        } catch {
+            self.state = .idle
+            let where_ = "\(self.configuration.host):\(self.configuration.port)"
+            self.failParked(RedisError(.connection, "\(where_): \(error)"))
+            return
+        }
+        handler.onClose = { [weak handler] in
+            // Only the current connection's end makes the next command reconnect.
+            guard case .connected(_, let current) = self.state, current === handler else { return }
+            self.state = .idle
+            self.outbound.clear()
+        }
+        self.state = .connected(channel, handler)
+        if let password = self.configuration.password {
+            let auth = self.configuration.username.map { ["AUTH", $0, password] } ?? ["AUTH", password]
+            self.write(auth, waiter: .setup, handler: handler)
+        }
+        if self.configuration.database != 0 {
+            self.write(["SELECT", String(self.configuration.database)], waiter: .setup, handler: handler)
+        }
+        let parked = self.parked
+        self.parked = []
+        for (command, continuation) in parked {
+            self.write(command, waiter: .caller(continuation), handler: handler)
         }
     }
 
-    private func failLeftovers() {
-        let leftovers = self.state.withLock { state -> [Pending] in
-            guard state.closed else { return [] }
-            defer { state.queue.removeAll() }
-            return state.queue
-        }
-        for pending in leftovers {
-            pending.continuation.resume(throwing: RedisError(.closed, "the Redis client is shut down"))
+    private func failParked(_ error: RedisError) {
+        let parked = self.parked
+        self.parked = []
+        for (_, continuation) in parked { continuation.resume(throwing: error) }
+    }
+}
+
+/// Matches replies to the commands written on one connection, in order, and fails the ones still
+/// waiting when the connection ends. A reply that waits longer than the timeout closes the connection.
+final class RedisReplyHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    /// Who waits for a reply.
+    enum Waiter {
+        case caller(CheckedContinuation<RedisValue, any Error>)
+        /// `AUTH` or `SELECT` sent on connecting: an error reply ends the connection.
+        case setup
+
+        func fail(_ error: RedisError) {
+            if case .caller(let continuation) = self { continuation.resume(throwing: error) }
         }
     }
 
-    private func run(_ batch: [Pending]) {
-        let connection: RedisConnection
-        if let existing = self.box.connection {
-            connection = existing
-        } else {
-            do {
-                connection = try RedisConnection(configuration: self.configuration)
-                self.box.connection = connection
-            } catch {
-                for pending in batch { pending.continuation.resume(throwing: error) }
+    private var waiters = CircularBuffer<Waiter>(initialCapacity: 64)
+    private let reader = RedisReplyReader()
+    private let timeout: TimeAmount
+    private var lastProgress = NIODeadline.now()
+    private var ended = false
+    /// Why the connection is being closed, given to the commands still waiting.
+    var closeReason: RedisError?
+    /// Called once the connection has ended and every waiter has been failed.
+    var onClose: (() -> Void)?
+
+    init(timeout: TimeAmount) {
+        self.timeout = timeout
+    }
+
+    /// Registers the next reply's waiter; returns the error to fail it with when the connection ended.
+    func expect(_ waiter: Waiter) -> RedisError? {
+        if self.ended { return self.closeReason ?? RedisError(.connection, "connection lost") }
+        if self.waiters.isEmpty { self.lastProgress = .now() }
+        self.waiters.append(waiter)
+        return nil
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let buffer = self.unwrapInboundIn(data)
+        self.lastProgress = .now()
+        guard buffer.withUnsafeReadableBytes({ self.reader.feed($0) }) else {
+            return self.fail(context, RedisError(.protocolViolation, "hiredis' reader refused the reply bytes"))
+        }
+        while true {
+            switch self.reader.next() {
+            case .incomplete:
                 return
+            case .failed(let error):
+                return self.fail(context, error)
+            case .reply(let reply):
+                guard let waiter = self.waiters.popFirst() else {
+                    return self.fail(context, RedisError(.protocolViolation, "a reply arrived that no command waits for"))
+                }
+                switch (waiter, reply) {
+                case (.caller(let continuation), _):
+                    continuation.resume(with: reply.mapError { $0 })
+                case (.setup, .failure(let error)):
+                    // The AUTH error text is Redis' own ("WRONGPASS …"); it never contains the password.
+                    return self.fail(context, RedisError(.connection, "setup failed: \(error.message)"))
+                case (.setup, .success):
+                    break
+                }
             }
         }
-        switch connection.execute(batch.map(\.command)) {
-        case .failure(let error):
-            // The socket broke: the next batch opens a new connection.
-            self.box.connection = nil
-            for pending in batch { pending.continuation.resume(throwing: error) }
-        case .success(let replies):
-            for (pending, reply) in zip(batch, replies) { pending.continuation.resume(with: reply) }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        guard let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read else {
+            return context.fireUserInboundEventTriggered(event)
+        }
+        if !self.waiters.isEmpty, self.lastProgress + self.timeout <= .now() {
+            self.fail(context, RedisError(.connection, "no reply within \(self.timeout.nanoseconds / 1_000_000) ms"))
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        self.fail(context, RedisError(.connection, "\(error)"))
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.ended = true
+        let error = self.closeReason ?? RedisError(.connection, "connection lost")
+        while let waiter = self.waiters.popFirst() { waiter.fail(error) }
+        self.onClose?()
+        self.onClose = nil
+        context.fireChannelInactive()
+    }
+
+    private func fail(_ context: ChannelHandlerContext, _ error: RedisError) {
+        if self.closeReason == nil { self.closeReason = error }
+        context.close(promise: nil)
+    }
+}
+
+/// The Redis protocol's request side: an array of bulk strings.
+enum RESP {
+    static func encode(_ command: [String], into buffer: inout ByteBuffer) {
+        buffer.writeStaticString("*")
+        buffer.writeString(String(command.count))
+        buffer.writeStaticString("\r\n")
+        for argument in command {
+            buffer.writeStaticString("$")
+            buffer.writeString(String(argument.utf8.count))
+            buffer.writeStaticString("\r\n")
+            buffer.writeString(argument)
+            buffer.writeStaticString("\r\n")
         }
     }
 }

@@ -1,4 +1,3 @@
-import CHiredis
 import Foundation
 import NIOPosix
 import Synchronization
