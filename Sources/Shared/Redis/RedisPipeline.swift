@@ -140,8 +140,8 @@ private final class Core: @unchecked Sendable {
             handler = try channel.pipeline.syncOperations.handler(type: RedisReplyHandler.self)
         } catch {
             self.state = .idle
-            let where_ = "\(self.configuration.host):\(self.configuration.port)"
-            self.failParked(RedisError(.connection, "\(where_): \(error)"))
+            let address = "\(self.configuration.host):\(self.configuration.port)"
+            self.failParked(RedisError(.connection, "\(address): \(error)"))
             return
         }
         handler.onClose = { [weak handler] in
