@@ -51,6 +51,36 @@ struct MigratorTests {
         }
     }
 
+    @Test("catalog rows are permanent: deleting, truncating or renumbering a publisher, app or product is refused; disabling is not")
+    func catalogRowsArePermanent() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("""
+                INSERT INTO publishers (id, name, token_hash, basic_username, basic_password_hash)
+                    VALUES ('00000000-0000-0000-0000-00000000000a', 'p', '\\x01', 'permanent', '\\x02');
+                """)
+            try await client.query("""
+                INSERT INTO apps (id, publisher_id, bundle_id)
+                    VALUES ('00000000-0000-0000-0000-00000000000b', '00000000-0000-0000-0000-00000000000a', 'com.example.permanent')
+                """)
+            try await client.query("""
+                INSERT INTO products (id, publisher_id, app_id, product_id, offer_id, kind, title)
+                    VALUES ('00000000-0000-0000-0000-00000000000c', '00000000-0000-0000-0000-00000000000a',
+                            '00000000-0000-0000-0000-00000000000b', 'com.example.permanent.p', 'PERMANENT', 'non_consumable', 't')
+                """)
+            for table in ["products", "apps", "publishers"] {
+                for statement in ["DELETE FROM \(table)", "TRUNCATE \(table) CASCADE", "UPDATE \(table) SET id = gen_random_uuid()"] {
+                    let error = await #expect(throws: PostgresError.self, "\(statement)") { try await client.query(statement) }
+                    #expect(error?.sqlState == "23001", "\(statement): \(String(describing: error))")
+                    #expect(error?.message.contains("never deleted or renumbered") == true)
+                }
+                let count = try await client.query("SELECT count(*)::int AS n FROM \(table)").first?.decode(Int.self, "n")
+                #expect(count == 1, "\(table) kept its row")
+            }
+            try await client.query("UPDATE products SET enabled = false")
+            try await client.query("UPDATE publishers SET enabled = false, name = 'renamed'")
+        }
+    }
+
     @Test("migrations have increasing, unique versions")
     func versionsAreUnique() {
         let versions = Migrations.all.map(\.version)

@@ -128,5 +128,42 @@ public enum Migrations {
             -- A job's outcome stays readable from the ledger after its Redis status has expired.
             CREATE INDEX transactions_job ON transactions (job_id) WHERE job_id IS NOT NULL;
             """),
+        Migration(version: 4, name: "catalog rows are permanent", sql: """
+            -- Every grant inserted rows whose foreign keys point at the same few catalog rows (the publisher,
+            -- its app, the product). Each check takes a KEY SHARE lock on that row, and hundreds of
+            -- concurrent grants sharing one row turned the locks into MultiXact churn: a fifth of
+            -- PostgreSQL's CPU per grant. The ledger's references to the catalog are kept instead by a
+            -- catalog that never loses or renumbers a row (refused below; the admin API disables, it never
+            -- deletes), and every id a grant writes was read from the catalog. References from ledger row
+            -- to ledger row (granted_by, transaction_ref) stay foreign keys: they lock the grant's own rows.
+            ALTER TABLE claims DROP CONSTRAINT claims_publisher_id_fkey;
+            ALTER TABLE transactions
+                DROP CONSTRAINT transactions_publisher_id_fkey,
+                DROP CONSTRAINT transactions_app_id_fkey,
+                DROP CONSTRAINT transactions_product_ref_fkey;
+            ALTER TABLE entitlements
+                DROP CONSTRAINT entitlements_publisher_id_fkey,
+                DROP CONSTRAINT entitlements_product_ref_fkey;
+            ALTER TABLE wallet_entries DROP CONSTRAINT wallet_entries_publisher_id_fkey;
+
+            CREATE FUNCTION tollgate_catalog_rows_are_permanent() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                RAISE EXCEPTION 'rows of % are never deleted or renumbered: the ledger refers to them (disable instead)',
+                    TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+            END
+            $$;
+            CREATE TRIGGER publishers_rows_are_permanent BEFORE DELETE OR TRUNCATE ON publishers
+                FOR EACH STATEMENT EXECUTE FUNCTION tollgate_catalog_rows_are_permanent();
+            CREATE TRIGGER publishers_ids_are_permanent BEFORE UPDATE OF id ON publishers
+                FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id) EXECUTE FUNCTION tollgate_catalog_rows_are_permanent();
+            CREATE TRIGGER apps_rows_are_permanent BEFORE DELETE OR TRUNCATE ON apps
+                FOR EACH STATEMENT EXECUTE FUNCTION tollgate_catalog_rows_are_permanent();
+            CREATE TRIGGER apps_ids_are_permanent BEFORE UPDATE OF id ON apps
+                FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id) EXECUTE FUNCTION tollgate_catalog_rows_are_permanent();
+            CREATE TRIGGER products_rows_are_permanent BEFORE DELETE OR TRUNCATE ON products
+                FOR EACH STATEMENT EXECUTE FUNCTION tollgate_catalog_rows_are_permanent();
+            CREATE TRIGGER products_ids_are_permanent BEFORE UPDATE OF id ON products
+                FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id) EXECUTE FUNCTION tollgate_catalog_rows_are_permanent();
+            """),
     ]
 }
