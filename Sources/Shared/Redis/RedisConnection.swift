@@ -21,9 +21,6 @@ final class RedisConnection {
         if let context { redisFree(context) }
     }
 
-    /// Whether the connection is believed usable; a broken one is reopened on the next batch.
-    var isConnected: Bool { self.context != nil }
-
     /// Sends a batch of commands in one write and reads their replies in order (pipelining).
     ///
     /// The outer result fails when the connection broke; the inner ones carry each command's own
