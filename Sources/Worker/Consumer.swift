@@ -31,7 +31,8 @@ struct Consumer: Service {
                 // Entries this consumer name held before a restart are replayed once, page by page.
                 var ownPendingCursor: String? = "0"
                 var failures = 0
-                while !stopping.load(ordering: .relaxed) {
+                // Cancellation (a sibling service failed, or the grace period ran out) stops reading too.
+                while !stopping.load(ordering: .relaxed), !Task.isCancelled {
                     await slots.acquire()
                     // A SIGTERM that came while every slot was busy: take nothing new.
                     if stopping.load(ordering: .relaxed) {

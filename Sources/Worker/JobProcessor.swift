@@ -50,6 +50,12 @@ struct JobProcessor: Sendable {
             WorkerMetrics.inFlight.increment(by: 1)
             let outcome = await self.fulfiller.fulfil(job, logger: logger)
             WorkerMetrics.inFlight.decrement(by: 1)
+            if Task.isCancelled, !outcome.isDecided {
+                // Cut off by a shutdown: the failure may be the cut itself, not Apple or the database. The
+                // entry stays pending and a peer claims it, instead of the job waiting out a retry delay.
+                logger.info("cut off by shutdown; the entry stays pending for another worker")
+                return
+            }
             await self.record(outcome, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
         }
     }

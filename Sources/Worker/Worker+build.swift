@@ -1,3 +1,4 @@
+import ArgumentParser
 import AsyncHTTPClient
 import Foundation
 import Hummingbird
@@ -67,15 +68,21 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownGraceSeconds)
     groupConfiguration.maximumCancellationDuration = .seconds(5)
     logger.info("worker started", metadata: ["concurrency": "\(configuration.workerConcurrency)"])
+    var failure: (any Error)?
     do {
         try await ServiceGroup(configuration: groupConfiguration).run()
     } catch {
-        logger.error("worker stopped with an error", metadata: ["error": "\(error)"])
+        // e.g. the metrics port is taken: every service is cancelled, then the process exits non-zero.
+        failure = error
     }
     try? await http.shutdown()
     await reader.shutdown()
     await redis.shutdown()
     await database.shutdown()
+    if let failure {
+        logger.error("worker stopped with an error", metadata: ["error": "\(failure)"])
+        throw ExitCode.failure
+    }
     logger.info("worker stopped")
 }
 

@@ -66,6 +66,31 @@ struct ResilienceTests {
         }
     }
 
+    @Test("a worker whose metrics port is taken exits 1 at once, naming the error; what it held is granted once by a peer")
+    func metricsPortTaken() async throws {
+        try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            let jobs = try await Self.submitCoins(system, publisher, count: 40, emailPrefix: "m", extra: ["latencyMs": 300])
+            // The second worker starts reading the backlog, then its metrics server cannot bind: the service
+            // group cancels everything. That used to trap in ServiceLifecycle ("Cancellation took longer than
+            // allowed"), because the consumer kept reading through the cancellation.
+            let first = try await system.startWorker(name: "e2e-port-owner")
+            var environment = system.workerEnvironment
+            environment["TOLLGATE_WORKER_NAME"] = "e2e-port-taken"
+            environment["TOLLGATE_METRICS_PORT"] = String(try #require(system.workerPorts["e2e-port-owner"]))
+            let second = try ManagedProcess(executable: "tollgate-worker", environment: environment, portFileVariable: nil)
+            let status = try await second.waitForExit(timeout: .seconds(30))
+            #expect(status == 1, "\(second.logTail())")
+            #expect(second.log().contains("worker stopped with an error"))
+            #expect(second.log().contains("Address already in use"))
+            #expect(!second.log().contains("Fatal error"))
+
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 40)
+            #expect(first.isRunning)
+        }
+    }
+
     @Test("entries trimmed from the stream while waiting are put back, and every job is granted once")
     func trimmedEntries() async throws {
         try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in

@@ -8,4 +8,13 @@ public enum FulfilmentOutcome: Sendable, Equatable {
     case failed(JobReason, detail: String)
     /// Try again later, within `attemptLimit` (the policy's when `nil`); `exhausted` is the end once out of attempts.
     case retry(JobReason, detail: String, attemptLimit: Int?, exhausted: AppleVerdict.Exhaustion)
+
+    /// Whether Apple's answer and the ledger decided the job (granted or rejected), rather than the
+    /// attempt failing on its way.
+    public var isDecided: Bool {
+        switch self {
+        case .granted, .rejected: true
+        case .failed, .retry: false
+        }
+    }
 }
