@@ -1,4 +1,11 @@
+import Foundation
 import Shared
+
+/// A publisher's offer, as the offer cache's key.
+struct OfferKey: Hashable, Sendable {
+    let publisherId: UUID
+    let offerId: String
+}
 
 /// What the routes need, built once at start.
 struct APIServices: Sendable {
@@ -13,7 +20,7 @@ struct APIServices: Sendable {
     /// Recent access-status answers, kept exact through the queue's access channel.
     let accessCache: AccessCache
     /// Offer look-ups for submissions, cached briefly: a disabled product stops accepting within seconds.
-    let offers = ExpiringCache<String, [Product]>(lifetime: 5)
+    let offers = ExpiringCache<OfferKey, [Product]>(lifetime: 5)
 
     init(configuration: Configuration, redis: RedisClient, database: PostgresClient) async {
         self.configuration = configuration

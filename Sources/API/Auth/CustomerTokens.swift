@@ -45,7 +45,7 @@ struct CustomerTokens: Sendable {
         let issued = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         let expires = issued.addingTimeInterval(Double(self.lifetimeSeconds))
         let payload = Payload(
-            iss: IssuerClaim(value: Self.issuer), aud: AudienceClaim(value: [publisherId.uuidString.lowercased()]),
+            iss: IssuerClaim(value: Self.issuer), aud: AudienceClaim(value: [publisherId.lowercasedString]),
             sub: SubjectClaim(value: customerEmail), iat: IssuedAtClaim(value: issued), exp: ExpirationClaim(value: expires)
         )
         return (try await self.keys.sign(payload), expires)

@@ -34,7 +34,7 @@ struct AdminController {
         let basicAuth: BasicAuth
 
         init(_ publisher: Publisher, _ credentials: PublisherCredentials) {
-            self.id = publisher.id.uuidString.lowercased()
+            self.id = publisher.id.lowercasedString
             self.name = publisher.name
             self.publisherToken = credentials.publisherToken
             self.basicAuth = BasicAuth(username: credentials.username, password: credentials.password)
@@ -47,7 +47,7 @@ struct AdminController {
         // PostgreSQL counts code points, not grapheme clusters.
         guard name.unicodeScalars.count <= 200 else { throw APIError.invalid("name", code: "invalid_name", "name must be at most 200 characters") }
         let (publisher, credentials) = try await self.services.catalog.createPublisher(name: name)
-        context.logger.info("publisher created", metadata: ["publisher": "\(publisher.id.uuidString.lowercased())"])
+        context.logger.info("publisher created", metadata: ["publisher": "\(publisher.id.lowercasedString)"])
         return JSONBody.response(.created, PublisherCreated(publisher, credentials))
     }
 
@@ -57,7 +57,7 @@ struct AdminController {
         let enabled: Bool
 
         init(_ publisher: Publisher) {
-            self.id = publisher.id.uuidString.lowercased()
+            self.id = publisher.id.lowercasedString
             self.name = publisher.name
             self.enabled = publisher.enabled
         }
@@ -80,7 +80,7 @@ struct AdminController {
         guard let enabled = try json.bool("enabled") else { throw APIError.missingField("enabled") }
         guard let publisher = try await self.services.catalog.setPublisher(id: id, enabled: enabled) else { throw APIError.notFound }
         self.services.authenticator.forgetCachedPublishers()
-        context.logger.info("publisher updated", metadata: ["publisher": "\(id.uuidString.lowercased())", "enabled": "\(enabled)"])
+        context.logger.info("publisher updated", metadata: ["publisher": "\(id.lowercasedString)", "enabled": "\(enabled)"])
         return JSONBody.response(.ok, PublisherView(publisher))
     }
 
@@ -90,7 +90,7 @@ struct AdminController {
             let (publisher, credentials) = try await self.services.catalog.rotateCredentials(id: id)
         else { throw APIError.notFound }
         self.services.authenticator.forgetCachedPublishers()
-        context.logger.info("publisher credentials rotated", metadata: ["publisher": "\(id.uuidString.lowercased())"])
+        context.logger.info("publisher credentials rotated", metadata: ["publisher": "\(id.lowercasedString)"])
         return JSONBody.response(.created, PublisherCreated(publisher, credentials))
     }
 
@@ -113,7 +113,7 @@ struct AdminController {
                 allowSandbox: allowSandbox
             )
             return JSONBody.response(.created, AppView(
-                id: app.id.uuidString.lowercased(), publisherId: publisherId.uuidString.lowercased(), bundleId: app.bundleId,
+                id: app.id.lowercasedString, publisherId: publisherId.lowercasedString, bundleId: app.bundleId,
                 allowSandbox: app.allowSandbox
             ))
         } catch CatalogError.unknownPublisher {
@@ -141,8 +141,8 @@ struct AdminController {
         let updatedAt: Int
 
         init(_ product: Product) {
-            self.id = product.id.uuidString.lowercased()
-            self.publisherId = product.publisherId.uuidString.lowercased()
+            self.id = product.id.lowercasedString
+            self.publisherId = product.publisherId.lowercasedString
             self.bundleId = product.bundleId
             self.productId = product.productId
             self.offerId = product.offerId
@@ -213,7 +213,7 @@ struct AdminController {
             coins: amounts.coins, durationDays: amounts.durationDays
         )
         let product = try await self.services.catalog.updateProduct(id: id, patch)
-        self.services.offers.remove("\(product.publisherId)|\(product.offerId)")
+        self.services.offers.remove(OfferKey(publisherId: product.publisherId, offerId: product.offerId))
         return JSONBody.response(.ok, ProductView(product))
     }
 

@@ -14,8 +14,7 @@ struct PaymentController {
         let publisher = try context.requirePublisher()
         let submission = try PaymentSubmission(json: try await JSONObject.read(request))
 
-        let key = "\(publisher.id)|\(submission.offerId)"
-        let products = try await self.services.offers.value(for: key) {
+        let products = try await self.services.offers.value(for: OfferKey(publisherId: publisher.id, offerId: submission.offerId)) {
             let found = try await self.services.catalog.products(publisherId: publisher.id, offerId: submission.offerId)
             return found.isEmpty ? nil : found
         } ?? []

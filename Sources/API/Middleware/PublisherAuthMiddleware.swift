@@ -42,7 +42,7 @@ struct PublisherAuthMiddleware: RouterMiddleware {
         }
         try await self.rateLimiter.admit(publisher, logger: context.logger)
         context.publisher = publisher
-        context.logger[metadataKey: "publisher"] = "\(publisher.id.uuidString.lowercased())"
+        context.logger[metadataKey: "publisher"] = "\(publisher.id.lowercasedString)"
         return try await next(request, context)
     }
 }

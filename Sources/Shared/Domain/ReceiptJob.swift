@@ -52,29 +52,14 @@ extension ReceiptJob {
         object.add("ipAddress", self.ipAddress)
         object.add("jobId", self.jobId)
         object.add("offerId", self.offerId)
-        object.add("publisherId", self.publisherId.uuidString)
+        object.add("publisherId", self.publisherId.lowercasedString)
         object.add("receiptData", self.receiptData)
         object.add("transactionId", self.transactionId)
         return object.json
     }
 
     /// A new job id: a random (version 4) UUID in lower case.
-    ///
-    /// Foundation's `UUID()` opens, reads and closes `/dev/urandom` on every call here (three system calls
-    /// per accepted receipt); the system generator (`getrandom`) needs none of that.
     public static func newJobId() -> String {
-        var generator = SystemRandomNumberGenerator()
-        var bytes = (0..<2).flatMap { _ in withUnsafeBytes(of: generator.next() as UInt64, Array.init) }
-        bytes[6] = (bytes[6] & 0x0f) | 0x40
-        bytes[8] = (bytes[8] & 0x3f) | 0x80
-        let digits = Array("0123456789abcdef".utf8)
-        var text: [UInt8] = []
-        text.reserveCapacity(36)
-        for (index, byte) in bytes.enumerated() {
-            if index == 4 || index == 6 || index == 8 || index == 10 { text.append(UInt8(ascii: "-")) }
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0x0f)])
-        }
-        return String(decoding: text, as: UTF8.self)
+        UUID.random().lowercasedString
     }
 }

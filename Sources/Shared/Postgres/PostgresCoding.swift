@@ -44,7 +44,7 @@ extension Bool: PostgresEncodable, PostgresDecodable {
 }
 
 extension UUID: PostgresEncodable, PostgresDecodable {
-    public var postgresText: String? { self.uuidString.lowercased() }
+    public var postgresText: String? { self.lowercasedString }
     public static func decode(postgresText text: String?) -> UUID? { text.flatMap { UUID(uuidString: $0) } }
 }
 

@@ -42,18 +42,18 @@ public struct QueueKeys: Sendable, Equatable {
     /// The key that makes a submission idempotent: publisher, transaction (or receipt digest), customer, offer.
     public func dedup(for job: ReceiptJob) -> String {
         let subject = job.transactionId.map { "tx:\($0)" } ?? "rd:\(ReceiptDigest.hex(of: job.receiptData))"
-        let material = "\(job.publisherId.uuidString.lowercased())\n\(subject)\n\(job.customerEmail)\n\(job.offerId)"
+        let material = "\(job.publisherId.lowercasedString)\n\(subject)\n\(job.customerEmail)\n\(job.offerId)"
         return "\(self.prefix):{q}:dedup:\(Hex.encode(SHA256.hash(data: Array(material.utf8))))"
     }
 
     /// The key naming the customer a publisher's transaction id was first submitted for.
     public func claim(publisherId: UUID, transactionId: String) -> String {
-        "\(self.prefix):{q}:claim:\(publisherId.uuidString.lowercased()):\(transactionId)"
+        "\(self.prefix):{q}:claim:\(publisherId.lowercasedString):\(transactionId)"
     }
 
     /// The set of unfinished jobs for one customer and offer (access status' `pending`).
     public func pending(publisherId: UUID, customerEmail: String, offerId: String) -> String {
-        let material = "\(publisherId.uuidString.lowercased())\n\(customerEmail)\n\(offerId)"
+        let material = "\(publisherId.lowercasedString)\n\(customerEmail)\n\(offerId)"
         return "\(self.prefix):{q}:pending:\(Hex.encode(SHA256.hash(data: Array(material.utf8))))"
     }
 

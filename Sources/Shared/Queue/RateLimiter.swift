@@ -24,7 +24,7 @@ public struct RateLimiter: Sendable {
     /// Takes one token for `publisherId`: `nil` when allowed, else the seconds to wait (for `Retry-After`).
     public func take(publisherId: UUID) async throws -> Int? {
         guard self.isEnabled else { return nil }
-        let key = "\(self.prefix):{rate}:\(publisherId.uuidString.lowercased())"
+        let key = "\(self.prefix):{rate}:\(publisherId.lowercasedString)"
         let reply = try await self.redis.run(Self.script, keys: [key], arguments: [String(self.perSecond), String(self.burst)])
         let parts = reply.array ?? []
         guard parts.count == 2, let allowed = parts[0].int, let waitMilliseconds = parts[1].int else {

@@ -40,7 +40,7 @@ public struct ReceiptQueue: Sendable {
             QueueScripts.enqueue,
             keys: keys,
             arguments: [
-                job.jobId, job.customerEmail, job.offerId, job.publisherId.uuidString.lowercased(), payload,
+                job.jobId, job.customerEmail, job.offerId, job.publisherId.lowercasedString, payload,
                 String(job.acceptedAtMilliseconds), String(keyTTLSeconds), self.keys.jobPrefix, self.keys.accessChannel,
             ]
         )

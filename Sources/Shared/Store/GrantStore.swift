@@ -187,7 +187,7 @@ public struct GrantStore: Sendable {
 
     /// Serialises work on one customer and offer, so stacking and extending read and write one state.
     private static func lockStatement(publisherId: UUID, customerEmail: String, offerId: String) -> (String, [any PostgresEncodable]) {
-        ("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", ["\(publisherId.uuidString.lowercased())|\(customerEmail)|\(offerId)"])
+        ("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", ["\(publisherId.lowercasedString)|\(customerEmail)|\(offerId)"])
     }
 
     private static func lock(publisherId: UUID, customerEmail: String, offerId: String, session: PostgresSession) async throws {
