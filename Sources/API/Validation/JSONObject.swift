@@ -4,7 +4,7 @@ import NIOCore
 
 /// A parsed JSON object with typed accessors whose errors name the field (`receipt.receiptData`).
 struct JSONObject {
-    private let values: [String: Any]
+    private let values: [String: JSONValue]
     private let path: String
 
     /// Deepest nesting of arrays and objects accepted; Tollgate's own bodies need 2.
@@ -28,31 +28,35 @@ struct JSONObject {
 
     /// Parses a body that must be one JSON object, nested at most ``maxDepth`` deep.
     init(body: ByteBuffer) throws {
-        guard Self.depth(of: body.readableBytesView) <= Self.maxDepth else {
-            throw APIError(.badRequest, code: "too_deeply_nested", "the body nests arrays or objects more than \(Self.maxDepth) deep")
+        let parsed = body.withUnsafeReadableBytes { bytes in
+            Result { () throws(JSONValue.ParseError) in try JSONValue.parse(bytes, maxDepth: Self.maxDepth) }
         }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body.readableBytesView), options: []),
-            let values = object as? [String: Any]
-        else { throw APIError(.badRequest, code: "malformed_json", "the body must be a JSON object") }
-        self.init(values: values, path: "")
+        switch parsed {
+        case .success(.object(let values)):
+            self.init(values: values, path: "")
+        case .failure(.tooDeep):
+            throw APIError(.badRequest, code: "too_deeply_nested", "the body nests arrays or objects more than \(Self.maxDepth) deep")
+        case .success, .failure(.malformed):
+            throw APIError(.badRequest, code: "malformed_json", "the body must be a JSON object")
+        }
     }
 
-    private init(values: [String: Any], path: String) {
+    private init(values: [String: JSONValue], path: String) {
         self.values = values
         self.path = path
     }
 
     private func name(_ key: String) -> String { self.path.isEmpty ? key : "\(self.path).\(key)" }
 
-    private func present(_ key: String) -> Any? {
-        guard let value = self.values[key], !(value is NSNull) else { return nil }
+    private func present(_ key: String) -> JSONValue? {
+        guard let value = self.values[key], value != .null else { return nil }
         return value
     }
 
     /// A string field; `nil` when absent or null.
     func string(_ key: String) throws -> String? {
         guard let value = self.present(key) else { return nil }
-        guard let text = value as? String else { throw APIError.invalidType(self.name(key), expected: "a string") }
+        guard case .string(let text) = value else { throw APIError.invalidType(self.name(key), expected: "a string") }
         // PostgreSQL text cannot hold NUL, and C APIs would cut the value there: refuse it rather than store less.
         guard !text.utf8.contains(0) else {
             throw APIError.invalid(self.name(key), code: "invalid_character", "\(self.name(key)) must not contain NUL characters")
@@ -66,20 +70,17 @@ struct JSONObject {
         return text
     }
 
-    /// A boolean field.
+    /// A boolean field: only a JSON `true` or `false`.
     func bool(_ key: String) throws -> Bool? {
         guard let value = self.present(key) else { return nil }
-        // JSONSerialization bridges numbers and booleans alike: only a real JSON true/false passes.
-        guard let number = value as? NSNumber, Self.isBoolean(number) else {
-            throw APIError.invalidType(self.name(key), expected: "true or false")
-        }
-        return number.boolValue
+        guard case .bool(let flag) = value else { throw APIError.invalidType(self.name(key), expected: "true or false") }
+        return flag
     }
 
-    /// A whole-number field.
+    /// A whole-number field: an integer literal, or a number with a zero fraction (`30.0`, `3e1`).
     func int(_ key: String) throws -> Int? {
         guard let value = self.present(key) else { return nil }
-        guard let number = value as? NSNumber, !Self.isBoolean(number), let int = Int(exactly: number.doubleValue) else {
+        guard case .number(let literal) = value, let int = Int(literal) ?? Double(literal).flatMap({ Int(exactly: $0) }) else {
             throw APIError.invalidType(self.name(key), expected: "a whole number")
         }
         return int
@@ -88,46 +89,10 @@ struct JSONObject {
     /// A nested object field.
     func object(_ key: String) throws -> JSONObject? {
         guard let value = self.present(key) else { return nil }
-        guard let values = value as? [String: Any] else { throw APIError.invalidType(self.name(key), expected: "an object") }
+        guard case .object(let values) = value else { throw APIError.invalidType(self.name(key), expected: "an object") }
         return JSONObject(values: values, path: self.name(key))
     }
 
     /// Whether a key is present (even as null).
     func has(_ key: String) -> Bool { self.values[key] != nil }
-
-    /// The deepest nesting of `[` and `{` outside strings, found in one pass before any parsing, so a hostile
-    /// body cannot make the parser recurse deeply. Stops counting past ``maxDepth``.
-    static func depth(of bytes: some Sequence<UInt8>) -> Int {
-        var depth = 0
-        var deepest = 0
-        var inString = false
-        var escaped = false
-        for byte in bytes {
-            if inString {
-                if escaped {
-                    escaped = false
-                } else if byte == UInt8(ascii: "\\") {
-                    escaped = true
-                } else if byte == UInt8(ascii: "\"") {
-                    inString = false
-                }
-                continue
-            }
-            switch byte {
-            case UInt8(ascii: "\""): inString = true
-            case UInt8(ascii: "["), UInt8(ascii: "{"):
-                depth += 1
-                deepest = max(deepest, depth)
-                if deepest > Self.maxDepth { return deepest }
-            case UInt8(ascii: "]"), UInt8(ascii: "}"): depth -= 1
-            default: break
-            }
-        }
-        return deepest
-    }
-
-    /// Whether an `NSNumber` from JSONSerialization came from `true`/`false`.
-    static func isBoolean(_ number: NSNumber) -> Bool {
-        String(cString: number.objCType) == "c"
-    }
 }

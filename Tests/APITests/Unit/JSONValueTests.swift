@@ -1,0 +1,149 @@
+import Foundation
+import PropertyBased
+import Testing
+
+@testable import API
+
+/// `JSONValue.parse`: RFC 8259, strictly, checked against Foundation's `JSONSerialization` as an oracle.
+@Suite("JSONValue")
+struct JSONValueTests {
+    static func parse(_ bytes: [UInt8], maxDepth: Int = 32) throws(JSONValue.ParseError) -> JSONValue {
+        try bytes.withUnsafeBytes { raw in
+            Result { () throws(JSONValue.ParseError) in try JSONValue.parse(raw, maxDepth: maxDepth) }
+        }.get()
+    }
+
+    static func parse(_ text: String, maxDepth: Int = 32) throws(JSONValue.ParseError) -> JSONValue {
+        try Self.parse(Array(text.utf8), maxDepth: maxDepth)
+    }
+
+    @Test("values of every kind, with whitespace, escapes and surrogate pairs")
+    func values() throws {
+        let text = " {\"s\" : \"a\\\"b\\\\c\\/d\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00é😀\", \"n\":[0,-0,12,-3.5,1e3,2E-2,1.5e+10],\n\t\"b\":[true,false,null],\"o\":{},\"a\":[]}\r\n"
+        let value = try Self.parse(text)
+        #expect(value == .object([
+            "s": .string("a\"b\\c/d\u{8}\u{c}\n\r\té😀é😀"),
+            "n": .array([.number("0"), .number("-0"), .number("12"), .number("-3.5"), .number("1e3"), .number("2E-2"), .number("1.5e+10")]),
+            "b": .array([.bool(true), .bool(false), .null]),
+            "o": .object([:]),
+            "a": .array([]),
+        ]))
+        #expect(try Self.parse(#"{"k":1,"k":2}"#) == .object(["k": .number("2")]), "the last duplicate wins")
+        #expect(try Self.parse("\"\"") == .string(""))
+        #expect(try Self.parse("\"\\u0000\"") == .string("\u{0}"), "NUL is text; fields refuse it later")
+    }
+
+    @Test("texts that are not JSON are refused", arguments: [
+        "", " ", "{", "}", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "[1,]", "[,1]", "{,}", "{\"a\" 1}", "{'a':1}", "{a:1}",
+        "[1 2]", "01", "-", "1.", ".5", "+1", "1e", "1e+", "--1", "0x10", "NaN", "Infinity", "-Infinity", "tru", "nul",
+        "True", "\"abc", "\"a\\x\"", "\"a\\u12\"", "\"a\\u12g4\"", "\"\\ud800\"", "\"\\ud800x\"", "\"\\ud800\\u0041\"",
+        "\"\\udc00\"", "\"a\tb\"", "\"a\nb\"", "{} x", "[] []", "1 2", "/* c */ {}", "{} // c", "\u{feff}{}", "[\"a\"\"b\"]",
+    ])
+    func malformed(text: String) {
+        #expect(throws: JSONValue.ParseError.malformed) { try Self.parse(text) }
+    }
+
+    @Test("bytes that are not UTF-8 are refused, in plain and escaped strings")
+    func invalidUTF8() {
+        for bytes: [UInt8] in [[0x22, 0xff, 0x22], [0x22, 0xc0, 0xaf, 0x22], [0x22, 0x5c, 0x6e, 0xed, 0xa0, 0x80, 0x22], [0x22, 0xe2, 0x82, 0x22]] {
+            #expect(throws: JSONValue.ParseError.malformed) { try Self.parse(bytes) }
+        }
+    }
+
+    @Test("nesting is counted as it is read: maxDepth passes, one more is refused, however deep the rest")
+    func depth() throws {
+        func nested(_ depth: Int) -> String { String(repeating: "[", count: depth) + String(repeating: "]", count: depth) }
+        #expect(throws: Never.self) { try Self.parse(nested(32)) }
+        #expect(throws: JSONValue.ParseError.tooDeep) { try Self.parse(nested(33)) }
+        #expect(throws: JSONValue.ParseError.tooDeep) { try Self.parse(String(repeating: "{\"a\":", count: 40) + "1" + String(repeating: "}", count: 40)) }
+        #expect(throws: JSONValue.ParseError.tooDeep) { try Self.parse(String(repeating: "[", count: 200_000)) }
+        #expect(throws: JSONValue.ParseError.malformed) { try Self.parse("[[[1,]]]") }
+    }
+
+    // MARK: Against JSONSerialization
+
+    /// Whether a parsed value is the same as Foundation's reading of the same text.
+    static func same(_ value: JSONValue, _ foundation: Any) -> Bool {
+        switch value {
+        case .null: return foundation is NSNull
+        case .bool(let flag):
+            guard let number = foundation as? NSNumber, String(cString: number.objCType) == "c" else { return false }
+            return number.boolValue == flag
+        case .number(let literal):
+            guard let number = foundation as? NSNumber, String(cString: number.objCType) != "c", let double = Double(literal) else { return false }
+            return number.doubleValue == double
+        case .string(let text): return (foundation as? String) == text
+        case .array(let elements):
+            guard let others = foundation as? [Any], others.count == elements.count else { return false }
+            return zip(elements, others).allSatisfy { Self.same($0, $1) }
+        case .object(let members):
+            guard let others = foundation as? [String: Any], others.count == members.count else { return false }
+            return members.allSatisfy { key, member in others[key].map { Self.same(member, $0) } ?? false }
+        }
+    }
+
+    /// A random JSON value built from a list of choices: nested objects and arrays, numbers, and strings
+    /// with quotes, backslashes, control characters and characters beyond the BMP.
+    static func build(_ choices: inout IndexingIterator<[Int]>, depth: Int = 0) -> Any {
+        let pieces = ["a", "\"", "\\", "/", "\n", "\u{1}", "\u{1f}", "é", "😀", "\u{2028}", " ", "Z", "\u{7f}", "\u{ffff}"]
+        guard let choice = choices.next() else { return "end" }
+        switch choice % (depth < 6 ? 9 : 6) {
+        case 0: return NSNull()
+        case 1: return choice % 2 == 0
+        case 2: return choice - 500
+        case 3: return Double(choice) / 8 - 60
+        case 4, 5:
+            var text = ""
+            for _ in 0..<(choice % 7) { text += pieces[(choices.next() ?? 0) % pieces.count] }
+            return text
+        case 6:
+            return (0..<(choice % 4)).map { _ in Self.build(&choices, depth: depth + 1) }
+        default:
+            var object: [String: Any] = [:]
+            for index in 0..<(choice % 4) {
+                let key = "k\(index)" + pieces[(choices.next() ?? 0) % pieces.count]
+                object[key] = Self.build(&choices, depth: depth + 1)
+            }
+            return object
+        }
+    }
+
+    @Test("what JSONSerialization writes parses to the same value")
+    func roundTrip() async {
+        await propertyCheck(count: 1000, input: Gen.int(in: 0...10_000).array(of: 1...80)) { choices in
+            var iterator = choices.makeIterator()
+            let built = Self.build(&iterator)
+            let data = try! JSONSerialization.data(withJSONObject: built, options: [.fragmentsAllowed])
+            let parsed = try? Self.parse(Array(data))
+            #expect(parsed.map { Self.same($0, built) } == true, "\(String(decoding: data, as: UTF8.self))")
+        }
+    }
+
+    @Test("texts with bytes overwritten, inserted or cut: accepted only when JSONSerialization reads the same value")
+    func mutations() async {
+        let values = Gen.int(in: 0...10_000).array(of: 1...60)
+        let edits = Gen.int(in: 0...Int(UInt16.max)).array(of: 1...8)
+        await propertyCheck(count: 2000, input: values, edits) { choices, edits in
+            var iterator = choices.makeIterator()
+            var bytes = Array(try! JSONSerialization.data(withJSONObject: Self.build(&iterator), options: [.fragmentsAllowed]))
+            for pair in stride(from: 0, to: edits.count - 1, by: 2) {
+                let position = edits[pair] % max(bytes.count, 1)
+                let byte = UInt8(truncatingIfNeeded: edits[pair + 1])
+                switch (edits[pair + 1] >> 8) % 3 {
+                case 0 where !bytes.isEmpty: bytes[position] = byte
+                case 1: bytes.insert(byte, at: position)
+                default: bytes = Array(bytes.prefix(position))
+                }
+            }
+            let foundation = try? JSONSerialization.jsonObject(with: Data(bytes), options: [.fragmentsAllowed])
+            let text = String(decoding: bytes, as: UTF8.self)
+            switch Result(catching: { () throws(JSONValue.ParseError) in try Self.parse(bytes, maxDepth: 64) }) {
+            case .success(let value):
+                #expect(foundation.map { Self.same(value, $0) } == true, "accepted what Foundation reads otherwise: \(text)")
+            case .failure:
+                // Foundation also reads UTF-16 and UTF-32 texts; only UTF-8 is JSON (RFC 8259 §8.1).
+                #expect(foundation == nil || bytes.contains(0), "refused what Foundation reads: \(text)")
+            }
+        }
+    }
+}
