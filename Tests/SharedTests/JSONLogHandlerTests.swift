@@ -11,9 +11,9 @@ struct JSONLogHandlerTests {
         var handler = JSONLogHandler(label: "tollgate.test", level: .info)
         handler[metadataKey: "publisher"] = "p-1"
         let hostile = "quote \" backslash \\ newline \n tab \t nul \u{0} bell \u{7} del \u{7f} sep \u{2028} ünï 🎟 </script>"
-        let text = handler.line(level: .warning, message: hostile, metadata: [
+        let text = String(decoding: handler.line(level: .warning, message: hostile, metadata: [
             "job": "j-1", "count": .stringConvertible(3), "list": ["a", "b"], "nested": ["k": "v"], "msg": "not overriding",
-        ])
+        ]), as: UTF8.self)
         #expect(text.hasSuffix("}\n"))
         #expect(text.filter { $0 == "\n" }.count == 1)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
@@ -37,8 +37,91 @@ struct JSONLogHandlerTests {
         var handler = JSONLogHandler(label: "t", level: .info)
         handler[metadataKey: "b"] = "handler"
         handler[metadataKey: "d"] = "4"
-        let text = handler.line(level: .info, message: "m", metadata: ["c": "3", "b": "event", "a": "1", "label": "no"])
+        let text = String(decoding: handler.line(level: .info, message: "m", metadata: ["c": "3", "b": "event", "a": "1", "label": "no"]), as: UTF8.self)
         #expect(text.hasSuffix(#""msg":"m","a":"1","b":"event","c":"3","d":"4"}"# + "\n"))
-        #expect(handler.line(level: .info, message: "m", metadata: nil).hasSuffix(#""msg":"m","b":"handler","d":"4"}"# + "\n"))
+        let bare = String(decoding: handler.line(level: .info, message: "m", metadata: nil), as: UTF8.self)
+        #expect(bare.hasSuffix(#""msg":"m","b":"handler","d":"4"}"# + "\n"))
+    }
+}
+
+@Suite("JSON text")
+struct JSONTextTests {
+    @Test("strings are escaped as JSON and read back the same; clean text is copied whole")
+    func strings() throws {
+        for text in ["", "plain", "quote \" backslash \\ slash /", "\u{0}\u{1}\u{1f}\u{7f}", "\n\r\t", "ünï 🎟 \u{2028}\u{2029} \u{2027}€"] {
+            var json = JSONText(capacity: 0)
+            json.appendString(text)
+            let written = String(decoding: json.bytes, as: UTF8.self)
+            #expect(try JSONSerialization.jsonObject(with: Data(json.bytes), options: [.fragmentsAllowed]) as? String == text, "\(written)")
+            #expect(!written.contains("\u{7f}") && !written.contains("\u{2028}") && !written.contains("\u{2029}"))
+        }
+        var json = JSONText(capacity: 0)
+        json.appendString("a\u{1}b\u{7f}\u{2028}")
+        #expect(String(decoding: json.bytes, as: UTF8.self) == #""a\u0001b\u007f\u2028""#)
+    }
+
+    @Test("digits are zero-padded to the width, never cut")
+    func digits() {
+        var json = JSONText(capacity: 0)
+        for (value, width) in [(7, 2), (2026, 4), (5, 3), (123, 2), (0, 1)] {
+            json.appendDigits(value, width: width)
+            json.append(" ")
+        }
+        #expect(String(decoding: json.bytes, as: UTF8.self) == "07 2026 005 123 0 ")
+    }
+}
+
+@Suite("Log output")
+struct LogOutputTests {
+    /// A fresh file to log to (a file never blocks a writer, as a full pipe would).
+    static func file() -> Int32 {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("log-output-\(UUID.random().lowercasedString)").path
+        let descriptor = open(path, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        precondition(descriptor >= 0)
+        unlink(path)
+        return descriptor
+    }
+
+    /// Everything written to the file so far.
+    static func contents(_ descriptor: Int32) -> String {
+        var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+        let count = pread(descriptor, &buffer, buffer.count, 0)
+        return String(decoding: buffer[..<max(count, 0)], as: UTF8.self)
+    }
+
+    @Test("a warning is written at once, after the lines held before it, in order")
+    func immediate() {
+        let descriptor = Self.file()
+        defer { close(descriptor) }
+        let output = LogOutput(descriptor: descriptor, flushInterval: .seconds(3600))  // the flusher never runs here
+        output.write(Array("one\n".utf8), immediately: false)
+        output.write(Array("two\n".utf8), immediately: false)
+        output.write(Array("three\n".utf8), immediately: true)
+        #expect(Self.contents(descriptor) == "one\ntwo\nthree\n")
+    }
+
+    @Test("held lines are written by the flusher, without another line to push them")
+    func flusher() async throws {
+        let descriptor = Self.file()
+        defer { close(descriptor) }
+        let output = LogOutput(descriptor: descriptor, flushInterval: .milliseconds(20))
+        output.write(Array("held\n".utf8), immediately: false)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while Self.contents(descriptor).isEmpty, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(Self.contents(descriptor) == "held\n")
+    }
+
+    @Test("past the batch limit lines are written without waiting")
+    func batchLimit() {
+        let descriptor = Self.file()
+        defer { close(descriptor) }
+        let output = LogOutput(descriptor: descriptor, flushInterval: .seconds(3600))  // the flusher never runs here
+        let line = Array(String(repeating: "x", count: 1023).utf8) + [UInt8(ascii: "\n")]
+        for _ in 0..<(LogOutput.batchLimit / line.count - 1) { output.write(line, immediately: false) }
+        #expect(Self.contents(descriptor).isEmpty)
+        output.write(line, immediately: false)
+        #expect(Self.contents(descriptor).utf8.count == LogOutput.batchLimit)
     }
 }

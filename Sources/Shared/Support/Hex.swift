@@ -2,7 +2,7 @@ import Foundation
 
 /// Lower-case hexadecimal, for digests and `bytea`.
 public enum Hex {
-    private static let digits = Array("0123456789abcdef".utf8)
+    static let digits = Array("0123456789abcdef".utf8)
 
     /// Encodes bytes as lower-case hex.
     public static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {

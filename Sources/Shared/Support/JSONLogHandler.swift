@@ -1,17 +1,18 @@
 import Foundation
 import Logging
-import Synchronization
 
 /// A swift-log handler that writes one JSON object per line to standard error:
 /// `{"ts":"…","level":"info","label":"tollgate.worker","msg":"…", …metadata}`.
 ///
 /// Callers put only identifiers in metadata (job ids, publisher ids, statuses), never receipt data,
 /// tokens, passwords or shared secrets.
+///
+/// Lines go through ``LogOutput``: info and below within 20 ms, a warning or error
+/// at once (with everything before it).
 public struct JSONLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var logLevel: Logger.Level
     private let label: String
-    private static let lock = Mutex(())
 
     /// Creates a handler for a logger label.
     public init(label: String, level: Logger.Level) {
@@ -25,135 +26,161 @@ public struct JSONLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        let line = self.line(level: event.level, message: event.message.description, metadata: event.metadata)
-        Self.lock.withLock { _ in
-            var line = line
-            line.withUTF8 { bytes in
-                var offset = 0
-                while offset < bytes.count {
-                    let written = write(2, bytes.baseAddress! + offset, bytes.count - offset)
-                    if written <= 0 {
-                        if written < 0, errno == EINTR { continue }
-                        return
-                    }
-                    offset += written
-                }
-            }
-        }
+        LogOutput.standardError.write(
+            self.line(level: event.level, message: event.message.description, metadata: event.metadata),
+            immediately: event.level >= .warning
+        )
     }
 
     /// One log line, newline included.
-    func line(level: Logger.Level, message: String, metadata: Logger.Metadata?) -> String {
+    func line(level: Logger.Level, message: String, metadata: Logger.Metadata?) -> [UInt8] {
         // Built by hand, not with JSONSerialization: this runs for every accepted receipt and every job,
         // and Foundation's bridging cost more than the request's own work.
-        var line = "{\"ts\":\""
-        line.reserveCapacity(256)
+        var line = JSONText(capacity: 256)
+        line.append("{\"ts\":\"")
         Self.appendTimestamp(to: &line)
-        line += "\",\"level\":\""
-        line += level.rawValue
-        line += "\",\"label\":"
-        Self.appendString(self.label, to: &line)
-        line += ",\"msg\":"
-        Self.appendString(message, to: &line)
+        line.append("\",\"level\":\"")
+        line.append(level.rawValue)
+        line.append("\",\"label\":")
+        line.appendString(self.label)
+        line.append(",\"msg\":")
+        line.appendString(message)
         // The handler's metadata and the event's (which wins), in key order, without merging dictionaries.
-        var keys = Array(self.metadata.keys)
-        if let metadata {
-            for key in metadata.keys where self.metadata[key] == nil { keys.append(key) }
-        }
-        keys.sort()
-        for key in keys {
-            switch key {
-            case "ts", "level", "label", "msg": continue
-            default: break
+        if !self.metadata.isEmpty || !(metadata?.isEmpty ?? true) {
+            var keys = Array(self.metadata.keys)
+            if let metadata {
+                for key in metadata.keys where self.metadata[key] == nil { keys.append(key) }
             }
-            guard let value = metadata?[key] ?? self.metadata[key] else { continue }
-            line += ","
-            Self.appendString(key, to: &line)
-            line += ":"
-            Self.append(value, to: &line)
+            keys.sort()
+            for key in keys {
+                switch key {
+                case "ts", "level", "label", "msg": continue
+                default: break
+                }
+                guard let value = metadata?[key] ?? self.metadata[key] else { continue }
+                line.append(",")
+                line.appendString(key)
+                line.append(":")
+                Self.append(value, to: &line)
+            }
         }
-        line += "}\n"
-        return line
+        line.append("}\n")
+        return line.bytes
     }
 
-    static func append(_ value: Logger.Metadata.Value, to line: inout String) {
+    static func append(_ value: Logger.Metadata.Value, to line: inout JSONText) {
         switch value {
         case .string(let text):
-            Self.appendString(text, to: &line)
+            line.appendString(text)
         case .stringConvertible(let convertible):
-            Self.appendString(convertible.description, to: &line)
+            line.appendString(convertible.description)
         case .array(let values):
-            line += "["
+            line.append("[")
             for (index, element) in values.enumerated() {
-                if index > 0 { line += "," }
+                if index > 0 { line.append(",") }
                 Self.append(element, to: &line)
             }
-            line += "]"
+            line.append("]")
         case .dictionary(let values):
-            line += "{"
+            line.append("{")
             for (index, key) in values.keys.sorted().enumerated() {
-                if index > 0 { line += "," }
-                Self.appendString(key, to: &line)
-                line += ":"
+                if index > 0 { line.append(",") }
+                line.appendString(key)
+                line.append(":")
                 Self.append(values[key]!, to: &line)
             }
-            line += "}"
+            line.append("}")
         }
-    }
-
-    /// A JSON string literal (RFC 8259 escaping; `/` is left as is).
-    static func appendString(_ text: String, to line: inout String) {
-        line += "\""
-        // Most strings need no escaping (no control character, quote, backslash, DEL, U+2028/9 = E2 80 A8/A9):
-        // append them whole.
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5c || $0 == 0x7f || $0 == 0xe2 }) {
-            line += text
-            line += "\""
-            return
-        }
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": line += "\\\""
-            case "\\": line += "\\\\"
-            case "\n": line += "\\n"
-            case "\r": line += "\\r"
-            case "\t": line += "\\t"
-            case _ where scalar.value < 0x20 || scalar.value == 0x7f || scalar.value == 0x2028 || scalar.value == 0x2029:
-                line += "\\u"
-                let hex = String(scalar.value, radix: 16)
-                line += String(repeating: "0", count: 4 - hex.count) + hex
-            default: line.unicodeScalars.append(scalar)
-            }
-        }
-        line += "\""
     }
 
     /// `2026-11-21T18:04:40.573Z`.
-    static func appendTimestamp(to line: inout String) {
+    static func appendTimestamp(to line: inout JSONText) {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
         var seconds = now.tv_sec
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) {
-            let digits = String(value)
-            if digits.count < width { line += String(repeating: "0", count: width - digits.count) }
-            line += digits
+        line.appendDigits(Int(parts.tm_year) + 1900, width: 4)
+        line.append("-")
+        line.appendDigits(Int(parts.tm_mon) + 1, width: 2)
+        line.append("-")
+        line.appendDigits(Int(parts.tm_mday), width: 2)
+        line.append("T")
+        line.appendDigits(Int(parts.tm_hour), width: 2)
+        line.append(":")
+        line.appendDigits(Int(parts.tm_min), width: 2)
+        line.append(":")
+        line.appendDigits(Int(parts.tm_sec), width: 2)
+        line.append(".")
+        line.appendDigits(now.tv_nsec / 1_000_000, width: 3)
+        line.append("Z")
+    }
+}
+
+/// JSON text built as UTF-8 bytes: log lines, hand-written answers and job payloads.
+public struct JSONText: Sendable {
+    /// The text so far.
+    public private(set) var bytes: [UInt8] = []
+
+    /// Creates empty text with room for `capacity` bytes.
+    public init(capacity: Int) {
+        self.bytes.reserveCapacity(capacity)
+    }
+
+    /// Appends text as is (punctuation, numbers, already-escaped JSON).
+    public mutating func append(_ text: String) {
+        self.bytes.append(contentsOf: text.utf8)
+    }
+
+    /// Appends a non-negative number in decimal, zero-padded to `width` digits.
+    mutating func appendDigits(_ value: Int, width: Int) {
+        let digits = String(value)
+        for _ in digits.utf8.count..<max(width, digits.utf8.count) { self.bytes.append(UInt8(ascii: "0")) }
+        self.bytes.append(contentsOf: digits.utf8)
+    }
+
+    /// Appends a JSON string literal (RFC 8259 escaping; `/` is left as is; DEL, U+2028 and U+2029 are
+    /// escaped too, so a line is safe to embed in HTML and JavaScript).
+    public mutating func appendString(_ text: String) {
+        var text = text
+        text.withUTF8 { utf8 in
+            self.bytes.append(UInt8(ascii: "\""))
+            var clean = 0
+            var index = 0
+            while index < utf8.count {
+                let byte = utf8[index]
+                let escape: StaticString?
+                switch byte {
+                case UInt8(ascii: "\""): escape = "\\\""
+                case UInt8(ascii: "\\"): escape = "\\\\"
+                case UInt8(ascii: "\n"): escape = "\\n"
+                case UInt8(ascii: "\r"): escape = "\\r"
+                case UInt8(ascii: "\t"): escape = "\\t"
+                case 0..<0x20, 0x7f: escape = nil
+                case 0xe2 where index + 2 < utf8.count && utf8[index + 1] == 0x80 && (utf8[index + 2] == 0xa8 || utf8[index + 2] == 0xa9):
+                    escape = nil
+                default:
+                    index += 1
+                    continue
+                }
+                self.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean..<index]))
+                if let escape {
+                    self.bytes.append(contentsOf: UnsafeBufferPointer(start: escape.utf8Start, count: escape.utf8CodeUnitCount))
+                    index += 1
+                } else if byte == 0xe2 {
+                    self.bytes.append(contentsOf: utf8[index + 2] == 0xa8 ? Array("\\u2028".utf8) : Array("\\u2029".utf8))
+                    index += 3
+                } else {
+                    self.bytes.append(contentsOf: "\\u00".utf8)
+                    self.bytes.append(Hex.digits[Int(byte >> 4)])
+                    self.bytes.append(Hex.digits[Int(byte & 0x0f)])
+                    index += 1
+                }
+                clean = index
+            }
+            self.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean..<utf8.count]))
+            self.bytes.append(UInt8(ascii: "\""))
         }
-        pad(parts.tm_year + 1900, 4)
-        line += "-"
-        pad(parts.tm_mon + 1, 2)
-        line += "-"
-        pad(parts.tm_mday, 2)
-        line += "T"
-        pad(parts.tm_hour, 2)
-        line += ":"
-        pad(parts.tm_min, 2)
-        line += ":"
-        pad(parts.tm_sec, 2)
-        line += "."
-        pad(Int32(now.tv_nsec / 1_000_000), 3)
-        line += "Z"
     }
 }
 

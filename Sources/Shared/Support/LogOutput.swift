@@ -1,0 +1,82 @@
+import Foundation
+import Synchronization
+
+/// Where JSON log lines go: a file descriptor (standard error), written in batches.
+///
+/// A line at info or below waits in memory and goes out with the others of the next
+/// ``flushInterval``: one `write` per batch instead of one per line, which under load was a system
+/// call per accepted receipt and per job. A line written `immediately` (warnings and errors) goes out
+/// at once, after everything before it, so the lines that explain a failure are never the ones held
+/// back. Whatever is held is written at exit.
+public final class LogOutput: Sendable {
+    /// Standard error, which every executable logs to; a line waits at most 20 ms.
+    public static let standardError = LogOutput(descriptor: 2, flushInterval: .milliseconds(20))
+
+    /// Held lines past this size are written at once, whatever their level.
+    static let batchLimit = 64 * 1024
+
+    private struct State {
+        var pending: [UInt8] = []
+        var flusherStarted = false
+    }
+
+    private let descriptor: Int32
+    /// How long a line may wait.
+    let flushInterval: Duration
+    private let state = Mutex(State())
+
+    init(descriptor: Int32, flushInterval: Duration) {
+        self.descriptor = descriptor
+        self.flushInterval = flushInterval
+    }
+
+    /// Queues one line, or writes it now (with everything queued before it) when `immediately` is set.
+    public func write(_ line: [UInt8], immediately: Bool) {
+        let startFlusher = self.state.withLock { state -> Bool in
+            state.pending.append(contentsOf: line)
+            if immediately || state.pending.count >= Self.batchLimit {
+                self.writeAll(&state.pending)
+            }
+            defer { state.flusherStarted = true }
+            return !state.flusherStarted
+        }
+        if startFlusher { self.startFlusher() }
+    }
+
+    /// Writes everything held.
+    public func flush() {
+        self.state.withLock { self.writeAll(&$0.pending) }
+    }
+
+    /// Writes and empties `pending`; called with the lock held, so batches never interleave.
+    private func writeAll(_ pending: inout [UInt8]) {
+        pending.withUnsafeBytes { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = Foundation.write(self.descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                if written <= 0 {
+                    if written < 0, errno == EINTR { continue }
+                    return  // Nowhere to log that logging failed; drop the batch rather than spin.
+                }
+                offset += written
+            }
+        }
+        pending.removeAll(keepingCapacity: true)
+    }
+
+    /// A thread of its own (not a task: logging must not depend on the cooperative pool being free),
+    /// started with the first line, plus a flush at exit.
+    private func startFlusher() {
+        if self === LogOutput.standardError { atexit { LogOutput.standardError.flush() } }
+        let thread = Thread { [self] in
+            let interval = self.flushInterval.components
+            var pause = timespec(tv_sec: Int(interval.seconds), tv_nsec: Int(interval.attoseconds / 1_000_000_000))
+            while true {
+                nanosleep(&pause, nil)
+                self.flush()
+            }
+        }
+        thread.name = "log-flush"
+        thread.start()
+    }
+}
