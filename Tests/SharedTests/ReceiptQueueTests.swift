@@ -138,6 +138,35 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("a dedup key whose job is gone passes to the next submission; resubmitting refreshes the customer's own claim")
+    func staleDedupAndOwnClaim() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(customerEmail: "first@example.com")
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId))
+            let dedup = harness.keys.dedup(for: job)
+            let claim = harness.keys.claim(publisherId: job.publisherId, transactionId: try #require(job.transactionId))
+            // The job's status expired before its dedup key did.
+            try await harness.redis.send("DEL", harness.keys.job(job.jobId))
+            // Another customer is still refused, and the stale dedup key stays as it was.
+            let other = Fixtures.job(publisherId: job.publisherId, customerEmail: "second@example.com", transactionId: job.transactionId)
+            #expect(try await harness.queue.enqueue(other, keyTTLSeconds: Self.ttl) == .alreadyClaimed)
+            #expect(try await harness.redis.send("GET", dedup).string == job.jobId)
+            // The same submission makes a new job, which the dedup key now names.
+            try await harness.redis.send("EXPIRE", claim, "100")
+            var again = job
+            again.jobId = UUID.random().lowercasedString
+            #expect(try await harness.queue.enqueue(again, keyTTLSeconds: Self.ttl) == .created(jobId: again.jobId))
+            #expect(try await harness.redis.send("GET", dedup).string == again.jobId)
+            #expect(try await harness.redis.send("TTL", dedup).int ?? 0 > Self.ttl - 60)
+            #expect(try await harness.redis.send("GET", claim).string == "first@example.com")
+            #expect(try await harness.redis.send("TTL", claim).int ?? 0 > Self.ttl - 60, "the claim's lifetime starts again")
+            var third = job
+            third.jobId = UUID.random().lowercasedString
+            #expect(try await harness.queue.enqueue(third, keyTTLSeconds: Self.ttl) == .duplicate(jobId: again.jobId, status: .queued))
+            #expect(try await harness.xlen() == 2)
+        }
+    }
+
     @Test("without a transaction id, the receipt digest deduplicates")
     func receiptDigestDedup() async throws {
         try await Self.withQueue { (harness: Harness) async throws in
