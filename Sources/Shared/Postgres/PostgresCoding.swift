@@ -85,7 +85,7 @@ public struct PostgresBytes: PostgresEncodable, PostgresDecodable, Hashable {
 }
 
 extension Optional: PostgresEncodable where Wrapped: PostgresEncodable {
-    public var postgresText: String? { self.flatMap(\.postgresText) }
+    public var postgresText: String? { self.flatMap { $0.postgresText } }  // A closure: a key path here is built at run time on every call.
 }
 
 extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
