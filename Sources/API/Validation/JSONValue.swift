@@ -92,17 +92,7 @@ private struct Parser {
             self.position += 1
             self.skipWhitespace()
             members[key] = try self.value(depth: depth)
-            self.skipWhitespace()
-            switch self.current {
-            case UInt8(ascii: ","):
-                self.position += 1
-                self.skipWhitespace()
-            case UInt8(ascii: "}"):
-                self.position += 1
-                return .object(members)
-            default:
-                throw .malformed
-            }
+            if try self.closes(UInt8(ascii: "}")) { return .object(members) }
         }
     }
 
@@ -117,17 +107,24 @@ private struct Parser {
         }
         while true {
             elements.append(try self.value(depth: depth))
+            if try self.closes(UInt8(ascii: "]")) { return .array(elements) }
+        }
+    }
+
+    /// After a member or element: `true` past the closing bracket, `false` past a comma (and the
+    /// whitespace after it); anything else is malformed.
+    private mutating func closes(_ closing: UInt8) throws(JSONValue.ParseError) -> Bool {
+        self.skipWhitespace()
+        switch self.current {
+        case UInt8(ascii: ","):
+            self.position += 1
             self.skipWhitespace()
-            switch self.current {
-            case UInt8(ascii: ","):
-                self.position += 1
-                self.skipWhitespace()
-            case UInt8(ascii: "]"):
-                self.position += 1
-                return .array(elements)
-            default:
-                throw .malformed
-            }
+            return false
+        case closing:
+            self.position += 1
+            return true
+        default:
+            throw .malformed
         }
     }
 

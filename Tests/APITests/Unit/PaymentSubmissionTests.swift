@@ -116,7 +116,7 @@ struct PaymentSubmissionTests {
     }
 }
 
-/// `JSONObject`: JSONSerialization bridges numbers and booleans alike; the accessors must not.
+/// `JSONObject`: each accessor takes only its own JSON type (a number is not a boolean, nor the reverse).
 @Suite("JSONObject")
 struct JSONObjectTests {
     static func object(_ text: String) throws -> JSONObject {
