@@ -167,6 +167,47 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("concurrent submissions are each decided in order: one job per submission, one customer per transaction")
+    func concurrentSubmissions() async throws {
+        try await Self.withQueue { harness in
+            let publisherId = UUID()
+            let first = Fixtures.job(publisherId: publisherId, customerEmail: "same@example.com", transactionId: Fixtures.transactionId())
+            // The same submission eight times (fresh job ids), and one transaction for eight customers.
+            let resubmissions = (0..<8).map { _ in
+                var again = first
+                again.jobId = UUID.random().lowercasedString
+                return again
+            }
+            let contested = Fixtures.transactionId()
+            let customers = (0..<8).map { Fixtures.job(publisherId: publisherId, customerEmail: "c\($0)@example.com", transactionId: contested) }
+            let distinct = (0..<16).map { _ in Fixtures.job(publisherId: publisherId, transactionId: Fixtures.transactionId()) }
+            let all = resubmissions + customers + distinct
+            let outcomes = try await withThrowingTaskGroup(of: (String, EnqueueOutcome).self) { group in
+                for job in all {
+                    group.addTask { (job.jobId, try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl)) }
+                }
+                var outcomes: [String: EnqueueOutcome] = [:]
+                for try await (jobId, outcome) in group { outcomes[jobId] = outcome }
+                return outcomes
+            }
+
+            let sameCreated = resubmissions.filter { outcomes[$0.jobId] == .created(jobId: $0.jobId) }
+            try #require(sameCreated.count == 1)
+            for job in resubmissions where job.jobId != sameCreated[0].jobId {
+                #expect(outcomes[job.jobId] == .duplicate(jobId: sameCreated[0].jobId, status: .queued))
+            }
+            let winners = customers.filter { outcomes[$0.jobId] == .created(jobId: $0.jobId) }
+            try #require(winners.count == 1)
+            for job in customers where job.jobId != winners[0].jobId {
+                #expect(outcomes[job.jobId] == .alreadyClaimed)
+            }
+            for job in distinct { #expect(outcomes[job.jobId] == .created(jobId: job.jobId)) }
+            #expect(Set(try await harness.streamJobIds()) == Set([sameCreated[0].jobId, winners[0].jobId] + distinct.map(\.jobId)))
+            #expect(try await harness.pending(winners[0]))
+            #expect(try await harness.queue.record(jobId: winners[0].jobId)?.customerEmail == winners[0].customerEmail)
+        }
+    }
+
     @Test("without a transaction id, the receipt digest deduplicates")
     func receiptDigestDedup() async throws {
         try await Self.withQueue { (harness: Harness) async throws in

@@ -3,33 +3,47 @@
 /// They are compiled into the binary rather than shipped as resource files, so a worker copied to
 /// `/usr/local/bin` alone cannot start without them.
 enum QueueScripts {
-    /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all.
+    /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all — for each
+    /// submission of a batch, in order (a later submission sees what an earlier one stored).
     ///
-    /// KEYS: dedup, job, stream, pending, inflight, [claim]. ARGV: jobId, customer, offer, publisherId,
-    /// payload, now (ms), key TTL (s), job key prefix, access channel.
+    /// KEYS: stream, inflight, then per submission: dedup, job, pending, and claim when it has a
+    /// transaction id. ARGV: job key prefix, access channel, then per submission: jobId, customer, offer,
+    /// publisherId, payload, now (ms), key TTL (s), has claim ('1' or '0'). Returns one reply per
+    /// submission: {'created', jobId, 'queued'} | {'duplicate', jobId, status} | {'claimed'}.
     ///
     /// Every script that changes what a customer's access status answers (`pending`, or a grant behind a
     /// final status) publishes the pending key on the access channel, so API caches drop that answer.
     static let enqueue = RedisScript(name: "enqueue", source: """
-        local existing = redis.call('GET', KEYS[1])
-        if existing then
-          local status = redis.call('HGET', ARGV[8] .. existing, 'status')
-          if status then return {'duplicate', existing, status} end
+        local function submit(dedup, job, pending, claim, a)
+          local existing = redis.call('GET', dedup)
+          if existing then
+            local status = redis.call('HGET', ARGV[1] .. existing, 'status')
+            if status then return {'duplicate', existing, status} end
+          end
+          if claim then
+            local owner = redis.call('GET', claim)
+            if owner and owner ~= ARGV[a + 1] then return {'claimed'} end
+          end
+          local entry = redis.call('XADD', KEYS[1], '*', 'job', ARGV[a])
+          redis.call('HSET', job, 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[a + 1], 'offerId', ARGV[a + 2],
+            'publisherId', ARGV[a + 3], 'payload', ARGV[a + 4], 'acceptedAt', ARGV[a + 5], 'updatedAt', ARGV[a + 5], 'entry', entry)
+          redis.call('ZADD', KEYS[2], ARGV[a + 5], ARGV[a])
+          redis.call('SET', dedup, ARGV[a], 'EX', ARGV[a + 6])
+          redis.call('SADD', pending, ARGV[a])
+          redis.call('EXPIRE', pending, ARGV[a + 6])
+          if claim then redis.call('SET', claim, ARGV[a + 1], 'EX', ARGV[a + 6]) end
+          redis.call('PUBLISH', ARGV[2], pending)
+          return {'created', ARGV[a], 'queued'}
         end
-        if KEYS[6] then
-          local owner = redis.call('GET', KEYS[6])
-          if owner and owner ~= ARGV[2] then return {'claimed'} end
+        local replies = {}
+        local k = 3
+        for a = 3, #ARGV, 8 do
+          local claim = nil
+          if ARGV[a + 7] == '1' then claim = KEYS[k + 3] end
+          replies[#replies + 1] = submit(KEYS[k], KEYS[k + 1], KEYS[k + 2], claim, a)
+          k = k + (claim and 4 or 3)
         end
-        local entry = redis.call('XADD', KEYS[3], '*', 'job', ARGV[1])
-        redis.call('HSET', KEYS[2], 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[2], 'offerId', ARGV[3],
-          'publisherId', ARGV[4], 'payload', ARGV[5], 'acceptedAt', ARGV[6], 'updatedAt', ARGV[6], 'entry', entry)
-        redis.call('ZADD', KEYS[5], ARGV[6], ARGV[1])
-        redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[7])
-        redis.call('SADD', KEYS[4], ARGV[1])
-        redis.call('EXPIRE', KEYS[4], ARGV[7])
-        if KEYS[6] then redis.call('SET', KEYS[6], ARGV[2], 'EX', ARGV[7]) end
-        redis.call('PUBLISH', ARGV[9], KEYS[4])
-        return {'created', ARGV[1], 'queued'}
+        return replies
         """)
 
     /// Mark a delivered job `processing` and count the attempt; report final or vanished jobs instead.

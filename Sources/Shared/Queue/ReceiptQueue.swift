@@ -8,12 +8,18 @@ public struct ReceiptQueue: Sendable {
     /// The key layout.
     public let keys: QueueKeys
     private let redis: RedisClient
+    /// Concurrent submissions leave together, in one call of the enqueue script.
+    private let submissions: RedisBatcher
     private let decoder = JSONDecoder()
 
     /// Creates the queue over a client, for one prefix.
     public init(redis: RedisClient, prefix: String) {
+        let keys = QueueKeys(prefix: prefix)
         self.redis = redis
-        self.keys = QueueKeys(prefix: prefix)
+        self.keys = keys
+        self.submissions = RedisBatcher(
+            redis: redis, script: QueueScripts.enqueue, keys: [keys.stream, keys.inflight], arguments: [keys.jobPrefix, keys.accessChannel]
+        )
     }
 
     /// Creates the consumer group (from the stream's start, so nothing enqueued earlier is skipped) and
@@ -30,20 +36,21 @@ public struct ReceiptQueue: Sendable {
     // MARK: Submitting
 
     /// Stores a job atomically, or finds the identical submission, or refuses a claimed transaction.
+    ///
+    /// Submissions made while another call is in flight share the next call of the script; each is
+    /// decided on its own, in order.
     public func enqueue(_ job: ReceiptJob, keyTTLSeconds: Int) async throws -> EnqueueOutcome {
-        var keys = [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.inflight]
+        var keys = [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.pending(for: job)]
         if let transactionId = job.transactionId {
             keys.append(self.keys.claim(publisherId: job.publisherId, transactionId: transactionId))
         }
-        let payload = job.json
-        let reply = try await self.redis.run(
-            QueueScripts.enqueue,
+        let reply = try await self.submissions.run(RedisBatcher.Item(
             keys: keys,
             arguments: [
-                job.jobId, job.customerEmail, job.offerId, job.publisherId.lowercasedString, payload,
-                String(job.acceptedAtMilliseconds), String(keyTTLSeconds), self.keys.jobPrefix, self.keys.accessChannel,
+                job.jobId, job.customerEmail, job.offerId, job.publisherId.lowercasedString, job.json,
+                String(job.acceptedAtMilliseconds), String(keyTTLSeconds), job.transactionId == nil ? "0" : "1",
             ]
-        )
+        ))
         let parts = reply.array ?? []
         switch parts.first?.string {
         case "created":

@@ -1,0 +1,116 @@
+import Synchronization
+import Testing
+import TestSupport
+@testable import Shared
+
+@Suite("RedisBatcher against a real Redis")
+struct RedisBatcherTests {
+    /// Counts its calls in KEYS[1] and answers {call number, item} per item; an item `boom` fails the call.
+    static let echo = RedisScript(name: "echo", source: """
+        local call = redis.call('INCR', KEYS[1])
+        local replies = {}
+        for i = 1, #ARGV do
+          if ARGV[i] == 'boom' then return redis.error_reply('boom in call ' .. call) end
+          replies[i] = {call, ARGV[i]}
+        end
+        return replies
+        """)
+
+    /// Holds the batcher's first call back until the test opens it, so items gather behind it.
+    final class FirstCallGate: Sendable {
+        private let stream: AsyncStream<Void>
+        private let opener: AsyncStream<Void>.Continuation
+        /// The item count of every call, in order.
+        let sizes = Mutex<[Int]>([])
+
+        init() { (self.stream, self.opener) = AsyncStream<Void>.makeStream() }
+
+        func call(_ client: RedisClient, _ keys: [String], _ arguments: [String]) async throws -> RedisValue {
+            let first = self.sizes.withLock { sizes in
+                sizes.append(arguments.count)
+                return sizes.count == 1
+            }
+            if first { for await _ in self.stream { break } }
+            return try await client.run(RedisBatcherTests.echo, keys: keys, arguments: arguments)
+        }
+
+        func open() { self.opener.finish() }
+        var calls: Int { self.sizes.withLock { $0.count } }
+    }
+
+    static func item(_ value: String) -> RedisBatcher.Item { RedisBatcher.Item(keys: [], arguments: [value]) }
+
+    /// Runs `first` alone, holds its call back until every one of `rest` waits behind it, lets it go and
+    /// hands `body` each item's result and every call's size (one call in flight at a time).
+    static func gathered(
+        first: String, rest: [String], maxItems: Int,
+        _ body: (RedisBatcher, [String: Result<RedisValue, any Error>], [Int]) async throws -> Void
+    ) async throws {
+        try await RedisClientTests.withClient { client, prefix in
+            let gate = FirstCallGate()
+            let batcher = RedisBatcher(name: "echo", keys: ["\(prefix):calls"], arguments: [], maxItems: maxItems, maxCalls: 1) { keys, arguments in
+                try await gate.call(client, keys, arguments)
+            }
+            let results = try await withThrowingTaskGroup(of: (String, Result<RedisValue, any Error>).self) { group in
+                func add(_ value: String) {
+                    group.addTask {
+                        do { return (value, .success(try await batcher.run(Self.item(value)))) } catch { return (value, .failure(error)) }
+                    }
+                }
+                add(first)
+                _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { gate.calls == 1 ? true : nil }
+                for value in rest { add(value) }
+                _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "\(rest.count) items waiting") {
+                    batcher.waitingCount == rest.count ? true : nil
+                }
+                #expect(gate.calls == 1, "nothing else leaves while the only allowed call is in flight")
+                gate.open()
+                var results: [String: Result<RedisValue, any Error>] = [:]
+                for try await (value, result) in group { results[value] = result }
+                return results
+            }
+            try await body(batcher, results, gate.sizes.withLock { $0 })
+        }
+    }
+
+    @Test("items that arrive during a call leave together in the next ones, at most maxItems each, and each gets its own reply")
+    func gathersBehindACall() async throws {
+        let rest = (1..<10).map { "item-\($0)" }
+        try await Self.gathered(first: "item-0", rest: rest, maxItems: 4) { _, results, sizes in
+            #expect(sizes == [1, 4, 4, 1])
+            var callOfItem: [String: Int] = [:]
+            for (value, result) in results {
+                let parts = try #require(try result.get().array)
+                #expect(parts.count == 2)
+                #expect(parts[1].string == value, "every caller gets its own item's reply")
+                callOfItem[value] = parts[0].int
+            }
+            #expect(callOfItem["item-0"] == 1)
+            #expect(callOfItem.values.sorted() == [1, 2, 2, 2, 2, 3, 3, 3, 3, 4])
+        }
+    }
+
+    @Test("a failed call fails every item in it, and the next call runs")
+    func failedCall() async throws {
+        try await Self.gathered(first: "first", rest: ["a", "boom", "b"], maxItems: 3) { batcher, results, sizes in
+            #expect(sizes == [1, 3])
+            #expect(try results["first"]?.get().array?[1].string == "first")
+            for value in ["a", "boom", "b"] {
+                #expect(throws: RedisError.self, "\(value) shared the failed call") { try results[value]?.get() }
+            }
+            let after = try await batcher.run(Self.item("after"))
+            #expect(after.array?[0].int == 3, "the next call runs: the third")
+        }
+    }
+
+    @Test("a lone item leaves at once and gets its reply")
+    func loneItem() async throws {
+        try await RedisClientTests.withClient { client, prefix in
+            let batcher = RedisBatcher(redis: client, script: Self.echo, keys: ["\(prefix):calls"], arguments: [])
+            let alone = try await batcher.run(Self.item("alone"))
+            #expect(alone == .array([.integer(1), .bulk(Array("alone".utf8))]))
+            let again = try await batcher.run(Self.item("again"))
+            #expect(again == .array([.integer(2), .bulk(Array("again".utf8))]))
+        }
+    }
+}
