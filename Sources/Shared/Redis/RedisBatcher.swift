@@ -4,10 +4,10 @@ import Synchronization
 /// item's keys and arguments and gets back its own element of the script's array reply.
 ///
 /// At most `maxCalls` calls are in flight. Items that arrive while they run wait, and leave together in
-/// the next call as soon as one returns (up to `maxItems` per call): no timer, so a lone caller goes at
-/// once, and under load the script's and the round trip's fixed costs are shared by everything that
-/// arrived meanwhile. A call runs its items in order, atomically. Two calls rather than one keep Redis
-/// busy while the API reads one reply and writes the next call.
+/// the next call as soon as one returns (up to `maxItems` per call). There is no timer: a lone caller
+/// calls at once, from its own task, and under load the script's and the round trip's fixed costs are
+/// shared by everything that arrived meanwhile. A call runs its items in order, atomically. Two calls
+/// rather than one keep Redis busy while the API reads one reply and writes the next call.
 ///
 /// A failed call (connection lost, timeout, a script error) fails every item in it; the script must make
 /// a retried item harmless.
@@ -69,6 +69,28 @@ public final class RedisBatcher: Sendable {
 
     /// Runs `item` in the next call and returns its reply.
     public func run(_ item: Item) async throws -> RedisValue {
+        let leads = self.state.withLock { state in
+            guard state.running < self.maxCalls, state.waiting.isEmpty else { return false }
+            state.running += 1
+            return true
+        }
+        guard leads else { return try await self.wait(item) }
+        // Nothing waits: call from this task, with no hop to another, and hand on what gathered meanwhile.
+        let replies: Result<[RedisValue], any Error>
+        do { replies = .success(try await self.execute([item])) } catch { replies = .failure(error) }
+        let gathered = self.state.withLock { state in
+            guard !state.waiting.isEmpty else {
+                state.running -= 1
+                return false
+            }
+            return true
+        }
+        if gathered { Task { await self.drain() } }
+        return try replies.get()[0]
+    }
+
+    /// Queues `item` behind the calls in flight; starts a drain when fewer than `maxCalls` run.
+    private func wait(_ item: Item) async throws -> RedisValue {
         try await withCheckedThrowingContinuation { continuation in
             let start = self.state.withLock { state in
                 state.waiting.append(Waiting(item: item, continuation: continuation))
@@ -83,22 +105,28 @@ public final class RedisBatcher: Sendable {
     /// Calls the script until nothing waits.
     private func drain() async {
         while let batch = self.next() {
-            var keys = self.keys
-            var arguments = self.arguments
-            for waiting in batch {
-                keys += waiting.item.keys
-                arguments += waiting.item.arguments
-            }
             do {
-                let reply = try await self.call(keys, arguments)
-                guard let replies = reply.array, replies.count == batch.count else {
-                    throw RedisError(.protocolViolation, "\(self.name) returned \(reply.array?.count ?? 0) replies for \(batch.count) items")
-                }
+                let replies = try await self.execute(batch.map(\.item))
                 for (waiting, reply) in zip(batch, replies) { waiting.continuation.resume(returning: reply) }
             } catch {
                 for waiting in batch { waiting.continuation.resume(throwing: error) }
             }
         }
+    }
+
+    /// One call for `items`: their replies, in order.
+    private func execute(_ items: [Item]) async throws -> [RedisValue] {
+        var keys = self.keys
+        var arguments = self.arguments
+        for item in items {
+            keys += item.keys
+            arguments += item.arguments
+        }
+        let reply = try await self.call(keys, arguments)
+        guard let replies = reply.array, replies.count == items.count else {
+            throw RedisError(.protocolViolation, "\(self.name) returned \(reply.array?.count ?? 0) replies for \(items.count) items")
+        }
+        return replies
     }
 
     /// The next call's items, oldest first; nil (and no call running) when nothing waits.
