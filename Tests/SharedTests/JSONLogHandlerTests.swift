@@ -84,7 +84,7 @@ struct LogOutputTests {
 
     /// Everything written to the file so far.
     static func contents(_ descriptor: Int32) -> String {
-        var buffer = [UInt8](repeating: 0, count: 256 * 1024)
+        var buffer = [UInt8](repeating: 0, count: 1024 * 1024)
         let count = pread(descriptor, &buffer, buffer.count, 0)
         return String(decoding: buffer[..<max(count, 0)], as: UTF8.self)
     }
@@ -111,6 +111,38 @@ struct LogOutputTests {
             try await Task.sleep(for: .milliseconds(5))
         }
         #expect(Self.contents(descriptor) == "held\n")
+    }
+
+    @Test("lines from many threads at once come out whole, none lost, each thread's in order, while the flusher runs")
+    func concurrentWriters() async {
+        let descriptor = Self.file()
+        defer { close(descriptor) }
+        let output = LogOutput(descriptor: descriptor, flushInterval: .milliseconds(1))
+        let writers = 8, lines = 2_000
+        await withTaskGroup(of: Void.self) { group in
+            for writer in 0..<writers {
+                group.addTask {
+                    for index in 0..<lines {
+                        output.write(Array("w\(writer) \(index)\n".utf8), immediately: index % 100 == 99)
+                    }
+                }
+            }
+        }
+        output.flush()
+        var next = [Int](repeating: 0, count: writers)
+        var malformed = 0
+        for line in Self.contents(descriptor).split(separator: "\n") {
+            let parts = line.dropFirst().split(separator: " ")
+            guard line.first == "w", parts.count == 2, let writer = Int(parts[0]), let index = Int(parts[1]),
+                next.indices.contains(writer), next[writer] == index
+            else {
+                malformed += 1
+                continue
+            }
+            next[writer] += 1
+        }
+        #expect(malformed == 0)
+        #expect(next == [Int](repeating: lines, count: writers))
     }
 
     @Test("past the batch limit lines are written without waiting")

@@ -17,13 +17,19 @@ public final class LogOutput: Sendable {
 
     private struct State {
         var pending: [UInt8] = []
+        /// The last batch's buffer, emptied, for the next one.
+        var spare: [UInt8] = []
         var flusherStarted = false
     }
 
     private let descriptor: Int32
     /// How long a line may wait.
     let flushInterval: Duration
+    /// Held only to swap buffers: a line is never held up by a `write` in progress, so a thread that
+    /// logs never waits for one that writes (and for the scheduler to run it again) under load.
     private let state = Mutex(State())
+    /// Held while a batch is taken and written: batches go out whole and in order.
+    private let writing = Mutex(())
 
     init(descriptor: Int32, flushInterval: Duration) {
         self.descriptor = descriptor
@@ -32,25 +38,33 @@ public final class LogOutput: Sendable {
 
     /// Queues one line, or writes it now (with everything queued before it) when `immediately` is set.
     public func write(_ line: [UInt8], immediately: Bool) {
-        let startFlusher = self.state.withLock { state -> Bool in
+        let (writeNow, startFlusher) = self.state.withLock { state -> (Bool, Bool) in
             state.pending.append(contentsOf: line)
-            if immediately || state.pending.count >= Self.batchLimit {
-                self.writeAll(&state.pending)
-            }
             defer { state.flusherStarted = true }
-            return !state.flusherStarted
+            return (immediately || state.pending.count >= Self.batchLimit, !state.flusherStarted)
         }
+        if writeNow { self.flush() }
         if startFlusher { self.startFlusher() }
     }
 
-    /// Writes everything held.
+    /// Writes everything held; returns once every line queued before the call is written.
     public func flush() {
-        self.state.withLock { self.writeAll(&$0.pending) }
+        self.writing.withLock { _ in
+            var batch = self.state.withLock { state -> [UInt8] in
+                let batch = state.pending
+                state.pending = state.spare
+                state.spare = []
+                return batch
+            }
+            guard !batch.isEmpty else { return }
+            self.writeAll(batch)
+            batch.removeAll(keepingCapacity: true)
+            self.state.withLock { $0.spare = batch }
+        }
     }
 
-    /// Writes and empties `pending`; called with the lock held, so batches never interleave.
-    private func writeAll(_ pending: inout [UInt8]) {
-        pending.withUnsafeBytes { bytes in
+    private func writeAll(_ batch: [UInt8]) {
+        batch.withUnsafeBytes { bytes in
             var offset = 0
             while offset < bytes.count {
                 let written = Foundation.write(self.descriptor, bytes.baseAddress! + offset, bytes.count - offset)
@@ -61,7 +75,6 @@ public final class LogOutput: Sendable {
                 offset += written
             }
         }
-        pending.removeAll(keepingCapacity: true)
     }
 
     /// A thread of its own (not a task: logging must not depend on the cooperative pool being free),
