@@ -16,7 +16,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     let redis = RedisClient(configuration: configuration.redis, connections: configuration.redisPoolSize)
     // Blocking reads hold their connection, so they get a client of their own.
     let reader = RedisClient(configuration: configuration.redis, connections: 1)
-    let database = PostgresClient(url: configuration.databaseURL, connections: configuration.databasePoolSize)
+    let database = PostgresClient(url: configuration.databaseURL, connections: configuration.workerDatabasePoolSize)
     let http = VerifyReceiptClient.makeHTTPClient(configuration: configuration)
 
     let queue = ReceiptQueue(redis: redis, prefix: configuration.queuePrefix)
@@ -67,7 +67,9 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     // Past the grace period the jobs still in flight are cancelled; their entries stay pending for peers.
     groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownGraceSeconds)
     groupConfiguration.maximumCancellationDuration = .seconds(5)
-    logger.info("worker started", metadata: ["concurrency": "\(configuration.workerConcurrency)"])
+    logger.info("worker started", metadata: [
+        "concurrency": "\(configuration.workerConcurrency)", "database_connections": "\(configuration.workerDatabasePoolSize)",
+    ])
     var failure: (any Error)?
     do {
         try await ServiceGroup(configuration: groupConfiguration).run()

@@ -30,6 +30,9 @@ struct ConfigurationTests {
         #expect(configuration.tokenSecret == nil)
         #expect(configuration.rateLimitPerSecond == 1000)
         #expect(configuration.rateLimitBurst == 2000)
+        #expect(configuration.databasePoolSize == 16)
+        #expect(configuration.workerDatabasePoolSize == 16)
+        #expect(configuration.redisPoolSize == 4)
     }
 
     @Test("every variable is read")
@@ -101,6 +104,8 @@ struct ConfigurationTests {
             ("TOLLGATE_APPLE_TIMEOUT_MS", "0"),
             ("TOLLGATE_RETRY_MAX_ATTEMPTS", "many"),
             ("TOLLGATE_QUEUE_PREFIX", "has space"),
+            ("TOLLGATE_DATABASE_POOL_SIZE", "0"),
+            ("TOLLGATE_DATABASE_POOL_SIZE", "sixteen"),
         ]
     )
     func badValue(variable: String, value: String) {
@@ -123,6 +128,24 @@ struct ConfigurationTests {
         #expect(error?.description.contains(value) == false)
         #expect(error?.problem.contains(value) == false)
         #expect(error.map { "\($0)" }?.contains(value) == false)
+    }
+
+    @Test(
+        "a worker's PostgreSQL pool follows its concurrency unless the pool size is set",
+        arguments: [
+            (["TOLLGATE_WORKER_CONCURRENCY": "8"], 16, 16),
+            (["TOLLGATE_WORKER_CONCURRENCY": "256"], 16, 16),
+            (["TOLLGATE_WORKER_CONCURRENCY": "300"], 16, 18),
+            (["TOLLGATE_WORKER_CONCURRENCY": "512"], 16, 32),
+            (["TOLLGATE_WORKER_CONCURRENCY": "512", "TOLLGATE_DATABASE_POOL_SIZE": "12"], 12, 12),
+            (["TOLLGATE_WORKER_CONCURRENCY": "8", "TOLLGATE_DATABASE_POOL_SIZE": "40"], 40, 40),
+            (["TOLLGATE_WORKER_CONCURRENCY": "512", "TOLLGATE_DATABASE_POOL_SIZE": " "], 16, 32),
+        ]
+    )
+    func workerPoolSize(environment: [String: String], api: Int, worker: Int) throws {
+        let configuration = try Configuration(environment: environment)
+        #expect(configuration.databasePoolSize == api)
+        #expect(configuration.workerDatabasePoolSize == worker)
     }
 
     @Test("an empty value means the default")
