@@ -14,6 +14,7 @@ from the environment (BENCH_PUBLISHER_TOKEN, BENCH_BASIC_AUTH), never from the c
 import argparse
 import asyncio
 import base64
+import collections
 import json
 import os
 import socket
@@ -54,56 +55,159 @@ def parse_api(url):
 
 # ------------------------------------------------------------------ HTTP/1.1 keep-alive client
 
-class Connection:
-    """One keep-alive HTTP/1.1 connection; one request at a time."""
+class HTTPConnection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection carrying one request at a time, driven by asyncio callbacks.
 
-    def __init__(self, host, port):
-        self.host, self.port = host, port
-        self.reader = self.writer = None
+    Callbacks instead of streams: the load generator shares the machine's two cores with what it
+    measures. At 540 receipts/s a request through asyncio streams cost it 0.32 ms of CPU and this costs
+    0.23 ms, and the open-loop schedule holds (send lag p99 12-17 ms, against 28-123 ms with streams).
+    Answers must carry Content-Length (Tollgate's always do)."""
 
-    async def open(self):
-        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        sock = self.writer.get_extra_info("socket")
+    def __init__(self, pool):
+        self.pool = pool
+        self.transport = None
+        self.buffer = bytearray()
+        self.item = None
+        self.sent = 0.0
+
+    def connection_made(self, transport):
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    async def close(self):
-        if self.writer is not None:
-            self.writer.close()
-            try:
-                await self.writer.wait_closed()
-            except OSError:
-                pass
-        self.reader = self.writer = None
+    def send(self, item, raw):
+        self.item = item
+        self.sent = time.time()
+        self.transport.write(raw)
 
-    async def request(self, raw):
-        if self.writer is None:
-            await self.open()
+    def data_received(self, data):
+        self.buffer += data
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end < 0:
+            return
+        head = bytes(self.buffer[:head_end]).lower()
+        index = head.find(b"content-length:")
+        if index < 0:
+            self.fail("an answer without Content-Length")
+            return
+        line_end = head.find(b"\r\n", index)
+        total = head_end + 4 + int(head[index + 15:line_end if line_end >= 0 else len(head)])
+        if len(self.buffer) < total:
+            return
+        status = int(self.buffer[9:12])
+        body = bytes(self.buffer[head_end + 4:total])
+        del self.buffer[:total]
+        item, self.item = self.item, None
+        keep = b"connection: close" not in head
+        if not keep:
+            self.transport.close()
+        self.pool.answered(self if keep else None, item, status, body, self.sent)
+
+    def fail(self, reason):
+        self.transport.close()
+        item, self.item = self.item, None
+        if item is not None:
+            self.pool.failed(item, reason)
+
+    def connection_lost(self, exc):
+        item, self.item = self.item, None
+        self.pool.lost(self, item)
+
+
+class ConnectionPool:
+    """`size` keep-alive connections to one server for `total` requests; requests beyond the free
+    connections wait in order.
+
+    `on_answer(item, status, body, sent)` runs for every answer and `on_error(item, reason)` for every
+    request that got none (its connection closed or broke); `sent` is the wall-clock second the request
+    was written. `drained` completes once all `total` requests have their outcome."""
+
+    def __init__(self, host, port, size, total, on_answer, on_error):
+        self.host, self.port, self.size = host, port, size
+        self.on_answer, self.on_error = on_answer, on_error
+        self.idle = []
+        self.waiting = collections.deque()
+        self.remaining = total
+        self.connections = 0
+        self.broken = None
+        self.drained = None
+
+    async def open(self):
+        loop = asyncio.get_running_loop()
+        self.drained = loop.create_future()
+        if self.remaining == 0:
+            self.drained.set_result(None)
         try:
-            self.writer.write(raw)
-            head = await self.reader.readuntil(b"\r\n\r\n")
-            status = int(head[9:12])
-            lower = head.lower()
-            body = b""
-            index = lower.find(b"content-length:")
-            if index >= 0:
-                end = lower.find(b"\r\n", index)
-                body = await self.reader.readexactly(int(lower[index + 15:end].strip()))
-            elif b"transfer-encoding: chunked" in lower:
-                chunks = []
-                while True:
-                    size = int((await self.reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
-                    chunk = await self.reader.readexactly(size + 2)
-                    if size == 0:
-                        break
-                    chunks.append(chunk[:-2])
-                body = b"".join(chunks)
-            if b"connection: close" in lower:
-                await self.close()
-            return status, body
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            await self.close()
-            raise ConnectionError("connection to %s:%d failed" % (self.host, self.port))
+            for _ in range(self.size):
+                await self.connect()
+        except OSError as error:
+            sys.exit("bench_load: cannot connect to %s:%d: %s" % (self.host, self.port, error))
+
+    async def connect(self):
+        loop = asyncio.get_running_loop()
+        _transport, connection = await loop.create_connection(lambda: HTTPConnection(self), self.host, self.port)
+        self.connections += 1
+        self.release(connection)
+
+    def submit(self, item, raw):
+        if self.broken:
+            self.failed(item, self.broken)
+        elif self.idle:
+            self.idle.pop().send(item, raw)
+        else:
+            self.waiting.append((item, raw))
+
+    def release(self, connection):
+        if self.waiting:
+            connection.send(*self.waiting.popleft())
+        else:
+            self.idle.append(connection)
+
+    def settle(self):
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.drained.set_result(None)
+
+    def answered(self, connection, item, status, body, sent):
+        self.on_answer(item, status, body, sent)
+        self.settle()
+        if connection is not None:
+            self.release(connection)
+
+    def failed(self, item, reason):
+        self.on_error(item, reason)
+        self.settle()
+
+    def lost(self, connection, item):
+        if connection in self.idle:
+            self.idle.remove(connection)
+        self.connections -= 1
+        if item is not None:
+            self.failed(item, "connection to %s:%d lost" % (self.host, self.port))
+        # Keep the pool at its size while work remains; a server that refuses ends the run with errors.
+        if self.remaining > 0:
+            asyncio.ensure_future(self.reconnect())
+
+    async def reconnect(self):
+        for attempt in range(5):
+            try:
+                await self.connect()
+                return
+            except OSError as error:
+                reason = "cannot connect to %s:%d: %s" % (self.host, self.port, error)
+                await asyncio.sleep(0.05 * (attempt + 1))
+        if self.connections == 0:
+            # Nothing left to send on: every waiting and later request fails instead of waiting forever.
+            self.broken = reason
+            while self.waiting:
+                self.failed(self.waiting.popleft()[0], reason)
+
+    async def close(self):
+        for connection in self.idle:
+            connection.transport.close()
+        self.idle = []
+        await asyncio.sleep(0)
 
 
 class Receipts:
@@ -137,113 +241,105 @@ def job_id_of(body):
         return None
 
 
+class Tally:
+    """A run's outcomes: receipts accepted, requests failed, and the first failure's description."""
+
+    def __init__(self):
+        self.accepted = 0
+        self.errors = 0
+        self.first_error = None
+
+    def answer(self, status, body):
+        """Counts one answer; its job id when it accepted a receipt."""
+        job = job_id_of(body) if status == 200 else None
+        if job:
+            self.accepted += 1
+        else:
+            self.error("HTTP %d %s" % (status, body[:200]))
+        return job
+
+    def error(self, reason):
+        self.errors += 1
+        self.first_error = self.first_error or reason
+
+    def on_error(self, _item, reason):
+        """A ConnectionPool callback: a request that got no answer."""
+        self.error(reason)
+
+    @property
+    def first_error_note(self):
+        return "; first error: %s" % self.first_error if self.first_error else ""
+
+
 # ------------------------------------------------------------------ fill
 
 async def fill(args):
     receipts = Receipts(args)
-    next_number = [0]
-    counts = {"accepted": 0, "errors": 0}
-    first_error = [None]
-
-    async def worker():
-        conn = Connection(receipts.host, receipts.port)
-        while next_number[0] < args.count:
-            number = next_number[0]
-            next_number[0] += 1
-            for _attempt in range(5):
-                try:
-                    status, body = await conn.request(receipts.raw(number))
-                except ConnectionError:
-                    await asyncio.sleep(0.05)
-                    continue
-                if status == 200 and job_id_of(body):
-                    counts["accepted"] += 1
-                else:
-                    counts["errors"] += 1
-                    first_error[0] = first_error[0] or "HTTP %d %s" % (status, body[:200])
-                break
-            else:
-                counts["errors"] += 1
-                first_error[0] = first_error[0] or "no connection"
-        await conn.close()
-
+    requests = [receipts.raw(number) for number in range(args.count)]
+    tally = Tally()
+    pool = ConnectionPool(receipts.host, receipts.port, args.connections, args.count,
+                          lambda _number, status, body, _sent: tally.answer(status, body), tally.on_error)
+    await pool.open()
     started = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(args.connections)))
+    for number, raw in enumerate(requests):
+        pool.submit(number, raw)
+    await pool.drained
     seconds = time.monotonic() - started
-    result = {"count": args.count, "accepted": counts["accepted"], "errors": counts["errors"],
-              "seconds": seconds, "rps": counts["accepted"] / seconds if seconds else 0.0}
+    await pool.close()
+    result = {"count": args.count, "accepted": tally.accepted, "errors": tally.errors,
+              "seconds": seconds, "rps": tally.accepted / seconds if seconds else 0.0}
     append_results(args.results, args.key, result)
     log("fill: %d accepted, %d errors in %.1fs (%.0f/s)%s" % (
-        counts["accepted"], counts["errors"], seconds, result["rps"],
-        "; first error: %s" % first_error[0] if first_error[0] else ""))
-    return 0 if counts["errors"] == 0 else 1
+        tally.accepted, tally.errors, seconds, result["rps"], tally.first_error_note))
+    return 0 if tally.errors == 0 else 1
 
 
 # ------------------------------------------------------------------ paced (open loop)
 
 async def paced(args):
+    """Sends request i at start + i / rate whatever came back before (open loop), over a pool of connections.
+
+    Every request is built before the clock starts, so the pacing costs a timer callback and a write."""
     receipts = Receipts(args)
     total = int(args.rate * args.seconds)
-    queue = asyncio.Queue()
+    requests = [receipts.raw(args.first + index) for index in range(total)]
     out = open(args.accepted, "w", encoding="utf-8")
-    counts = {"accepted": 0, "errors": 0}
+    tally = Tally()
     lags = []
     accept_ms = []
-    first_error = [None]
+    loop = asyncio.get_running_loop()
 
-    async def sender():
-        conn = Connection(receipts.host, receipts.port)
-        while True:
-            item = await queue.get()
-            if item is None:
-                break
-            number, scheduled = item
-            sent = time.time()
-            lags.append(sent - scheduled)
-            try:
-                status, body = await conn.request(receipts.raw(number))
-            except ConnectionError:
-                counts["errors"] += 1
-                first_error[0] = first_error[0] or "connection error"
-                continue
-            answered = time.time()
-            job = job_id_of(body) if status == 200 else None
-            if job:
-                counts["accepted"] += 1
-                accept_ms.append((answered - sent) * 1000)
-                out.write("%s\t%.3f\t%.3f\t%.3f\n" % (job, scheduled * 1000, sent * 1000, answered * 1000))
-            else:
-                counts["errors"] += 1
-                first_error[0] = first_error[0] or "HTTP %d %s" % (status, body[:200])
-        await conn.close()
+    def on_answer(index, status, body, sent):
+        answered = time.time()
+        scheduled = wall_start + index / args.rate
+        lags.append(sent - scheduled)
+        job = tally.answer(status, body)
+        if job:
+            accept_ms.append((answered - sent) * 1000)
+            out.write("%s\t%.3f\t%.3f\t%.3f\n" % (job, scheduled * 1000, sent * 1000, answered * 1000))
 
-    senders = [asyncio.ensure_future(sender()) for _ in range(args.connections)]
-    start = time.time() + 0.05
-    issued = 0
-    while issued < total:
-        now = time.time()
-        due = min(total, int((now - start) * args.rate) + 1) if now >= start else 0
-        while issued < due:
-            queue.put_nowait((args.first + issued, start + issued / args.rate))
-            issued += 1
-        await asyncio.sleep(0.001)
-    for _ in senders:
-        queue.put_nowait(None)
-    await asyncio.gather(*senders)
+    pool = ConnectionPool(receipts.host, receipts.port, args.connections, total, on_answer, tally.on_error)
+    await pool.open()
+    # One clock reading pairs the loop's monotonic time with the wall clock Redis' stamps are compared with.
+    loop_start, wall_start = loop.time() + 0.05, time.time() + 0.05
+    for index in range(total):
+        loop.call_at(loop_start + index / args.rate, pool.submit, index, requests[index])
+    await pool.drained
+    await pool.close()
     out.close()
-    seconds = time.time() - start
+    seconds = time.time() - wall_start
     lags.sort()
     accept_ms.sort()
-    result = {"target_rps": args.rate, "sent": total, "accepted": counts["accepted"], "errors": counts["errors"],
-              "seconds": seconds, "achieved_rps": counts["accepted"] / seconds if seconds else 0.0,
+    result = {"target_rps": args.rate, "sent": total, "accepted": tally.accepted, "errors": tally.errors,
+              "seconds": seconds, "achieved_rps": tally.accepted / seconds if seconds else 0.0,
               "send_lag_p99_ms": (percentile(lags, 99) or 0) * 1000,
               "client_accept_p50_ms": percentile(accept_ms, 50) or 0.0,
               "client_accept_p99_ms": percentile(accept_ms, 99) or 0.0}
     append_results(args.results, args.key, result)
     log("paced: %d/%d accepted at %.0f/s (target %.0f/s), %d errors, send lag p99 %.1f ms%s" % (
-        counts["accepted"], total, result["achieved_rps"], args.rate, counts["errors"], result["send_lag_p99_ms"],
-        "; first error: %s" % first_error[0] if first_error[0] else ""))
-    return 0 if counts["errors"] == 0 else 1
+        tally.accepted, total, result["achieved_rps"], args.rate, tally.errors, result["send_lag_p99_ms"],
+        tally.first_error_note))
+    return 0 if tally.errors == 0 else 1
 
 
 # ------------------------------------------------------------------ accepted -> granted, read from Redis
