@@ -106,7 +106,7 @@ let package = Package(
         ),
         .testTarget(
             name: "SharedTests",
-            dependencies: ["Shared", "TestSupport"],
+            dependencies: ["Shared", "TestSupport", .product(name: "PropertyBased", package: "swift-property-based")],
             swiftSettings: strict
         ),
         .testTarget(

@@ -5,7 +5,11 @@ import Testing
 @Suite("AppleAnswer decoding")
 struct AppleAnswerDecodingTests {
     static func decode(_ json: String) throws -> AppleAnswer {
-        try JSONDecoder().decode(AppleAnswer.self, from: Data(json.utf8))
+        try #require(Self.read(json))
+    }
+
+    static func read(_ json: String) -> AppleAnswer? {
+        Array(json.utf8).withUnsafeBytes { AppleAnswer(json: $0) }
     }
 
     @Test("millisecond values decode from strings")
@@ -131,8 +135,50 @@ struct AppleAnswerDecodingTests {
         #expect(try Self.decode(#"{"status": 21003}"#).allTransactions.isEmpty)
     }
 
-    @Test("an answer without a status does not decode")
-    func missingStatusFails() {
-        #expect(throws: DecodingError.self) { try Self.decode(#"{"environment": "Production"}"#) }
+    @Test(
+        "an answer that is not one does not decode",
+        arguments: [
+            #"{"environment": "Production"}"#,
+            #"{"status": null}"#,
+            #"{"status": "zero"}"#,
+            #"{"status": true}"#,
+            #"[{"status": 0}]"#,
+            #"{"status": 0"#,
+            #"{"status": 0} trailing"#,
+            #"{"status": 0, "receipt": {"in_app": []}}"#,
+            #"{"status": 0, "receipt": {"bundle_id": 7}}"#,
+            #"{"status": 0, "receipt": "b"}"#,
+            #"{"status": 0, "receipt": {"bundle_id": "b", "in_app": {"product_id": "p", "transaction_id": "1"}}}"#,
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p"}]}"#,
+            #"{"status": 0, "latest_receipt_info": [{"transaction_id": "1"}]}"#,
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": 1.5}]}"#,
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "expires_date_ms": "soon"}]}"#,
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "quantity": true}]}"#,
+            #"{"status": 0, "latest_receipt_info": [7]}"#,
+            #"{"status": 0, "pending_renewal_info": [{"grace_period_expires_date_ms": [1]}]}"#,
+        ]
+    )
+    func notAnAnswer(json: String) {
+        #expect(Self.read(json) == nil)
+    }
+
+    @Test("numbers with fractions or exponents, nulls and spaces read as Apple means them")
+    func lenientForms() throws {
+        let answer = try Self.decode("""
+            {"status": 0.0, "environment": 5, "receipt": null, "is-retryable": "YES", "latest_receipt_info": [
+              {"product_id": 12, "transaction_id": "3", "original_transaction_id": null,
+               "purchase_date_ms": 1.7e12, "expires_date_ms": " 1702592000123 ", "cancellation_date_ms": null, "quantity": 2.9}],
+             "pending_renewal_info": null}
+            """)
+        #expect(answer.status == 0)
+        #expect(answer.environment == nil)
+        #expect(answer.receipt == nil)
+        #expect(answer.isRetryable)
+        #expect(answer.pendingRenewalInfo.isEmpty)
+        let transaction = try #require(answer.latestReceiptInfo.first)
+        #expect(transaction == AppleTransaction(
+            productId: "12", transactionId: "3", originalTransactionId: "3", purchaseDateMilliseconds: 1_700_000_000_000,
+            expiresDateMilliseconds: 1_702_592_000_123, quantity: 2
+        ))
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 import PropertyBased
 import Testing
 
-@testable import API
+@testable import Shared
 
 /// `JSONValue.parse`: RFC 8259, strictly, checked against Foundation's `JSONSerialization` as an oracle.
 @Suite("JSONValue")

@@ -18,9 +18,33 @@ struct ReceiptJobTests {
             ),
         ]
         for job in jobs {
-            let decoded = try JSONDecoder().decode(ReceiptJob.self, from: Data(job.json.utf8))
-            #expect(decoded == job)
+            #expect(ReceiptJob(json: job.json) == job)
         }
+    }
+
+    @Test(
+        "a payload that is not a job does not read",
+        arguments: [
+            "", "null", "[]", "{}", #"{"jobId": "j"}"#,
+            // One field wrong at a time, from a job that reads.
+            #"{"acceptedAtMilliseconds":"1","appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"00000000-0000-0000-0000-000000000001","receiptData":"QQ=="}"#,
+            #"{"acceptedAtMilliseconds":1,"appType":"android","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"00000000-0000-0000-0000-000000000001","receiptData":"QQ=="}"#,
+            #"{"acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"publisher","receiptData":"QQ=="}"#,
+            #"{"acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"00000000-0000-0000-0000-000000000001"}"#,
+            #"{"acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"00000000-0000-0000-0000-000000000001","receiptData":"QQ==","transactionId":7}"#,
+        ]
+    )
+    func notAJob(json: String) {
+        #expect(ReceiptJob(json: json) == nil)
+    }
+
+    @Test("a job that reads: optional fields may be absent or null")
+    func optionalFields() throws {
+        let json = #"{"acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","#
+            + #""publisherId":"00000000-0000-0000-0000-00000000000A","receiptData":"QQ==","ipAddress":null}"#
+        let job = try #require(ReceiptJob(json: json))
+        #expect(job.transactionId == nil && job.ipAddress == nil && job.acceptedAtMilliseconds == 1)
+        #expect(job.publisherId == UUID(uuidString: "00000000-0000-0000-0000-00000000000a"))
     }
 
     @Test("job ids are lower-case version 4 UUIDs, all different")

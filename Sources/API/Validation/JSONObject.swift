@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import NIOCore
+import Shared
 
 /// A parsed JSON object with typed accessors whose errors name the field (`receipt.receiptData`).
 struct JSONObject {
@@ -48,14 +49,9 @@ struct JSONObject {
 
     private func name(_ key: String) -> String { self.path.isEmpty ? key : "\(self.path).\(key)" }
 
-    private func present(_ key: String) -> JSONValue? {
-        guard let value = self.values[key], value != .null else { return nil }
-        return value
-    }
-
     /// A string field; `nil` when absent or null.
     func string(_ key: String) throws -> String? {
-        guard let value = self.present(key) else { return nil }
+        guard let value = self.values.present(key) else { return nil }
         guard case .string(let text) = value else { throw APIError.invalidType(self.name(key), expected: "a string") }
         // PostgreSQL text cannot hold NUL, and C APIs would cut the value there: refuse it rather than store less.
         guard !text.utf8.contains(0) else {
@@ -72,14 +68,14 @@ struct JSONObject {
 
     /// A boolean field: only a JSON `true` or `false`.
     func bool(_ key: String) throws -> Bool? {
-        guard let value = self.present(key) else { return nil }
+        guard let value = self.values.present(key) else { return nil }
         guard case .bool(let flag) = value else { throw APIError.invalidType(self.name(key), expected: "true or false") }
         return flag
     }
 
     /// A whole-number field: an integer literal, or a number with a zero fraction (`30.0`, `3e1`).
     func int(_ key: String) throws -> Int? {
-        guard let value = self.present(key) else { return nil }
+        guard let value = self.values.present(key) else { return nil }
         guard case .number(let literal) = value, let int = Int(literal) ?? Double(literal).flatMap({ Int(exactly: $0) }) else {
             throw APIError.invalidType(self.name(key), expected: "a whole number")
         }
@@ -88,7 +84,7 @@ struct JSONObject {
 
     /// A nested object field.
     func object(_ key: String) throws -> JSONObject? {
-        guard let value = self.present(key) else { return nil }
+        guard let value = self.values.present(key) else { return nil }
         guard case .object(let values) = value else { throw APIError.invalidType(self.name(key), expected: "an object") }
         return JSONObject(values: values, path: self.name(key))
     }

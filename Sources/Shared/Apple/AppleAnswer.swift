@@ -1,6 +1,6 @@
 /// A verifyReceipt answer ("responseBody"), decoded leniently: fields Apple may add are ignored, and
 /// numbers Apple sends as strings decode either way.
-public struct AppleAnswer: Sendable, Equatable, Decodable {
+public struct AppleAnswer: Sendable, Equatable {
     /// `status`: 0 for a valid receipt, 21000-21199 for the documented errors.
     public var status: Int
     /// `environment`: `Production` or `Sandbox`.
@@ -13,14 +13,6 @@ public struct AppleAnswer: Sendable, Equatable, Decodable {
     public var pendingRenewalInfo: [PendingRenewalInfo]
     /// `is-retryable` (or `is_retryable`; both spellings exist) for statuses 21100-21199.
     public var isRetryable: Bool
-
-    enum CodingKeys: String, CodingKey {
-        case status, environment, receipt
-        case latestReceiptInfo = "latest_receipt_info"
-        case pendingRenewalInfo = "pending_renewal_info"
-        case isRetryableDash = "is-retryable"
-        case isRetryableUnderscore = "is_retryable"
-    }
 
     /// Creates an answer.
     public init(
@@ -35,16 +27,30 @@ public struct AppleAnswer: Sendable, Equatable, Decodable {
         self.isRetryable = isRetryable
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.status = Int(try container.decode(LenientInt.self, forKey: .status).value)
-        self.environment = try? container.decodeIfPresent(String.self, forKey: .environment)
-        self.receipt = try container.decodeIfPresent(AppleReceipt.self, forKey: .receipt)
-        self.latestReceiptInfo = try container.decodeIfPresent([AppleTransaction].self, forKey: .latestReceiptInfo) ?? []
-        self.pendingRenewalInfo = try container.decodeIfPresent([PendingRenewalInfo].self, forKey: .pendingRenewalInfo) ?? []
-        let dash = (try? container.decodeIfPresent(LenientBool.self, forKey: .isRetryableDash))??.value
-        let underscore = (try? container.decodeIfPresent(LenientBool.self, forKey: .isRetryableUnderscore))??.value
-        self.isRetryable = dash ?? underscore ?? false
+    /// Reads a verifyReceipt answer, or `nil` when it is not one: not a JSON object, no status, or a
+    /// receipt, transaction or renewal that lacks what it must have or holds a field of the wrong kind.
+    /// Unknown fields are ignored.
+    public init?(json bytes: UnsafeRawBufferPointer) {
+        // Apple's answers nest four deep (answer, receipt, in_app, transaction); the limit bounds a hostile one.
+        guard let object = JSONValue.object(bytes, maxDepth: 32) else { return nil }
+        do {
+            try self.init(object: object)
+        } catch {
+            return nil
+        }
+    }
+
+    private init(object: [String: JSONValue]) throws(Lenient.Malformed) {
+        let environment: String? = if case .string(let text)? = object["environment"] { text } else { nil }
+        self.init(
+            status: Int(try Lenient.required(object, "status", Lenient.int)),
+            environment: environment,
+            receipt: try object.present("receipt").map { value throws(Lenient.Malformed) in try AppleReceipt(json: value) },
+            latestReceiptInfo: try Lenient.array(object, "latest_receipt_info", AppleTransaction.init(json:)),
+            pendingRenewalInfo: try Lenient.array(object, "pending_renewal_info", PendingRenewalInfo.init(json:)),
+            isRetryable: object.present("is-retryable").flatMap(Lenient.bool) ?? object.present("is_retryable").flatMap(Lenient.bool)
+                ?? false
+        )
     }
 
     /// Every transaction the answer lists, `in_app` and `latest_receipt_info` together.

@@ -1,14 +1,9 @@
 /// The `receipt` object of a verifyReceipt answer ("responseBody.Receipt").
-public struct AppleReceipt: Sendable, Equatable, Decodable {
+public struct AppleReceipt: Sendable, Equatable {
     /// `bundle_id`: the app the receipt belongs to.
     public var bundleId: String
     /// `in_app`: the in-app purchases in this receipt (not ordered).
     public var inApp: [AppleTransaction]
-
-    enum CodingKeys: String, CodingKey {
-        case bundleId = "bundle_id"
-        case inApp = "in_app"
-    }
 
     /// Creates a receipt.
     public init(bundleId: String, inApp: [AppleTransaction]) {
@@ -16,9 +11,10 @@ public struct AppleReceipt: Sendable, Equatable, Decodable {
         self.inApp = inApp
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.bundleId = try container.decode(String.self, forKey: .bundleId)
-        self.inApp = try container.decodeIfPresent([AppleTransaction].self, forKey: .inApp) ?? []
+    /// Reads a `receipt` object: a string `bundle_id` and, when present, well-formed `in_app` transactions.
+    init(json value: JSONValue) throws(Lenient.Malformed) {
+        let object = try Lenient.object(value)
+        guard case .string(let bundleId)? = object["bundle_id"] else { throw Lenient.Malformed() }
+        self.init(bundleId: bundleId, inApp: try Lenient.array(object, "in_app", AppleTransaction.init(json:)))
     }
 }

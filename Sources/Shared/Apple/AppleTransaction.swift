@@ -1,6 +1,6 @@
 /// One entry of `receipt.in_app` or `latest_receipt_info`, as Apple documents it
 /// ("responseBody.Latest_receipt_info"). Millisecond values arrive as strings; numbers are accepted too.
-public struct AppleTransaction: Sendable, Equatable, Decodable {
+public struct AppleTransaction: Sendable, Equatable {
     /// `product_id`.
     public var productId: String
     /// `transaction_id`.
@@ -16,17 +16,6 @@ public struct AppleTransaction: Sendable, Equatable, Decodable {
     /// `quantity`.
     public var quantity: Int
 
-    enum CodingKeys: String, CodingKey {
-        case productId = "product_id"
-        case transactionId = "transaction_id"
-        case originalTransactionId = "original_transaction_id"
-        case purchaseDateMilliseconds = "purchase_date_ms"
-        case expiresDateMilliseconds = "expires_date_ms"
-        case cancellationDateMilliseconds = "cancellation_date_ms"
-        case cancellationDate = "cancellation_date"
-        case quantity
-    }
-
     /// Creates a transaction (tests, and the classification of answers).
     public init(
         productId: String, transactionId: String, originalTransactionId: String? = nil, purchaseDateMilliseconds: Int64? = nil,
@@ -41,22 +30,24 @@ public struct AppleTransaction: Sendable, Equatable, Decodable {
         self.quantity = quantity
     }
 
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.productId = try container.decode(LenientString.self, forKey: .productId).value
-        self.transactionId = try container.decode(LenientString.self, forKey: .transactionId).value
-        self.originalTransactionId =
-            try container.decodeIfPresent(LenientString.self, forKey: .originalTransactionId)?.value ?? self.transactionId
-        self.purchaseDateMilliseconds = try container.decodeIfPresent(LenientInt.self, forKey: .purchaseDateMilliseconds)?.value
-        self.expiresDateMilliseconds = try container.decodeIfPresent(LenientInt.self, forKey: .expiresDateMilliseconds)?.value
-        var cancellation = try container.decodeIfPresent(LenientInt.self, forKey: .cancellationDateMilliseconds)?.value
-        if cancellation == nil, container.contains(.cancellationDate) {
+    /// Reads one transaction of `in_app` or `latest_receipt_info`: `product_id` and `transaction_id`
+    /// must be there, and every field read must have a readable kind.
+    init(json value: JSONValue) throws(Lenient.Malformed) {
+        let object = try Lenient.object(value)
+        let transactionId = try Lenient.required(object, "transaction_id", Lenient.string)
+        let purchase = try Lenient.field(object, "purchase_date_ms", Lenient.int)
+        var cancellation = try Lenient.field(object, "cancellation_date_ms", Lenient.int)
+        if cancellation == nil, object["cancellation_date"] != nil {
             // A cancellation_date without the _ms twin still means refunded; its exact time is unknown,
             // so the revocation takes effect from the purchase.
-            cancellation = self.purchaseDateMilliseconds ?? 0
+            cancellation = purchase ?? 0
         }
-        self.cancellationDateMilliseconds = cancellation
-        self.quantity = Int(try container.decodeIfPresent(LenientInt.self, forKey: .quantity)?.value ?? 1)
+        self.init(
+            productId: try Lenient.required(object, "product_id", Lenient.string), transactionId: transactionId,
+            originalTransactionId: try Lenient.field(object, "original_transaction_id", Lenient.string),
+            purchaseDateMilliseconds: purchase, expiresDateMilliseconds: try Lenient.field(object, "expires_date_ms", Lenient.int),
+            cancellationDateMilliseconds: cancellation, quantity: Int(try Lenient.field(object, "quantity", Lenient.int) ?? 1)
+        )
     }
 
     /// Whether Apple refunded or revoked it.

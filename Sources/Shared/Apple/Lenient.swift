@@ -1,53 +1,71 @@
 import Foundation
 
-/// Apple sends most numbers as strings ("1700000000000") but not always; these accept both.
-struct LenientInt: Decodable, Sendable {
-    let value: Int64
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if let number = try? container.decode(Int64.self) {
-            self.value = number
-        } else if let double = try? container.decode(Double.self), double.isFinite, abs(double) < 9e18 {
-            self.value = Int64(double)
-        } else if let text = try? container.decode(String.self), let number = Int64(text.trimmingCharacters(in: .whitespaces)) {
-            self.value = number
-        } else {
-            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected an integer or a string holding one")
+/// Apple sends most numbers as strings ("1700000000000") but not always; these read both.
+enum Lenient {
+    /// An integer: a number (a fraction is cut off) or a string holding an integer.
+    static func int(_ value: JSONValue) -> Int64? {
+        switch value {
+        case .number(let literal):
+            if let number = Int64(literal) { return number }
+            guard let double = Double(literal), double.isFinite, abs(double) < 9e18 else { return nil }
+            return Int64(double)
+        case .string(let text):
+            return Int64(text.trimmingCharacters(in: .whitespaces))
+        default:
+            return nil
         }
     }
-}
 
-/// A string Apple may also send as a number (identifiers).
-struct LenientString: Decodable, Sendable {
-    let value: String
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if let text = try? container.decode(String.self) {
-            self.value = text
-        } else if let number = try? container.decode(Int64.self) {
-            self.value = String(number)
-        } else {
-            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected a string")
+    /// A string, or a whole number Apple sent as a number (identifiers).
+    static func string(_ value: JSONValue) -> String? {
+        switch value {
+        case .string(let text): text
+        case .number(let literal): Int64(literal).map(String.init)
+        default: nil
         }
     }
-}
 
-/// A flag sent as `true`, `"true"`, `1` or `"1"`.
-struct LenientBool: Decodable, Sendable {
-    let value: Bool
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if let flag = try? container.decode(Bool.self) {
-            self.value = flag
-        } else if let number = try? container.decode(Int.self) {
-            self.value = number != 0
-        } else if let text = try? container.decode(String.self) {
-            self.value = ["true", "1", "yes"].contains(text.lowercased())
-        } else {
-            throw DecodingError.dataCorruptedError(in: container, debugDescription: "expected a boolean")
+    /// A boolean, a number (non-zero is true) or a string (`true`, `1`, `yes`, in any case).
+    static func bool(_ value: JSONValue) -> Bool? {
+        switch value {
+        case .bool(let flag): flag
+        case .number(let literal): Int64(literal).map { $0 != 0 }
+        case .string(let text): ["true", "1", "yes"].contains(text.lowercased())
+        default: nil
         }
+    }
+
+    /// A value of Apple's answer that is not what it must be.
+    struct Malformed: Error {}
+
+    /// The members of an object.
+    static func object(_ value: JSONValue) throws(Malformed) -> [String: JSONValue] {
+        guard case .object(let members) = value else { throw Malformed() }
+        return members
+    }
+
+    /// An optional field read by `read`: `nil` when absent or null, an error when present but unreadable.
+    static func field<T>(_ object: [String: JSONValue], _ key: String, _ read: (JSONValue) -> T?) throws(Malformed) -> T? {
+        guard let value = object.present(key) else { return nil }
+        guard let read = read(value) else { throw Malformed() }
+        return read
+    }
+
+    /// A field that must be there, read by `read`.
+    static func required<T>(_ object: [String: JSONValue], _ key: String, _ read: (JSONValue) -> T?) throws(Malformed) -> T {
+        guard let value = try Self.field(object, key, read) else { throw Malformed() }
+        return value
+    }
+
+    /// An optional array whose every element must read: `[]` when absent or null.
+    static func array<Element>(
+        _ object: [String: JSONValue], _ key: String, _ read: (JSONValue) throws(Malformed) -> Element
+    ) throws(Malformed) -> [Element] {
+        guard let value = object.present(key) else { return [] }
+        guard case .array(let elements) = value else { throw Malformed() }
+        var items: [Element] = []
+        items.reserveCapacity(elements.count)
+        for element in elements { items.append(try read(element)) }
+        return items
     }
 }

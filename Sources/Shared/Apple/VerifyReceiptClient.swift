@@ -38,17 +38,13 @@ public struct VerifyReceiptClient: Sendable {
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
     }
 
-    /// The request body Apple documents ("requestBody").
-    struct RequestBody: Encodable {
-        let receiptData: String
-        let password: String?
-        let excludeOldTransactions: Bool?
-
-        enum CodingKeys: String, CodingKey {
-            case receiptData = "receipt-data"
-            case password
-            case excludeOldTransactions = "exclude-old-transactions"
-        }
+    /// The request body Apple documents ("requestBody"), written by hand as every body on the hot path is.
+    static func requestBody(receiptData: String, password: String?, excludeOldTransactions: Bool) -> [UInt8] {
+        var object = JSONObjectWriter()
+        if excludeOldTransactions { object.add("exclude-old-transactions", true) }
+        if let password { object.add("password", password) }
+        object.add("receipt-data", receiptData)
+        return object.bytes
     }
 
     /// One call to one environment, classified. Never throws: every failure is a verdict.
@@ -56,19 +52,13 @@ public struct VerifyReceiptClient: Sendable {
         receiptData: String, password: String?, excludeOldTransactions: Bool, environment: Environment
     ) async -> AppleVerdict {
         let url = environment == .production ? self.productionURL : self.sandboxURL
-        let body: Data
-        do {
-            body = try JSONEncoder().encode(
-                RequestBody(receiptData: receiptData, password: password, excludeOldTransactions: excludeOldTransactions ? true : nil)
-            )
-        } catch {
-            return .fail(.internal, detail: "cannot encode the request")
-        }
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "Accept", value: "application/json")
-        request.body = .bytes(ByteBuffer(bytes: body))
+        request.body = .bytes(ByteBuffer(bytes: Self.requestBody(
+            receiptData: receiptData, password: password, excludeOldTransactions: excludeOldTransactions
+        )))
         let response: HTTPClientResponse
         let bytes: ByteBuffer
         do {
@@ -84,7 +74,7 @@ public struct VerifyReceiptClient: Sendable {
         guard response.status == .ok else {
             return .transportFailure("\(environment.rawValue): HTTP \(response.status.code)")
         }
-        guard let answer = try? JSONDecoder().decode(AppleAnswer.self, from: Data(bytes.readableBytesView)) else {
+        guard let answer = bytes.withUnsafeReadableBytes({ AppleAnswer(json: $0) }) else {
             return .transportFailure("\(environment.rawValue): the answer is not verifyReceipt JSON")
         }
         return AppleVerdict.classify(answer)

@@ -4,7 +4,7 @@ import Foundation
 ///
 /// It carries the receipt itself, so it lives only in Redis (in the job's hash) and is deleted once the
 /// job reaches a final state; logs print ``ReceiptJob/jobId`` and never this whole value.
-public struct ReceiptJob: Sendable, Codable, Equatable {
+public struct ReceiptJob: Sendable, Equatable {
     /// The job's id, as returned to the publisher.
     public var jobId: String
     /// The publisher that submitted it.
@@ -42,8 +42,8 @@ public struct ReceiptJob: Sendable, Codable, Equatable {
 }
 
 extension ReceiptJob {
-    /// The job as JSON, as the worker decodes it (`JSONDecoder`), written by hand: `JSONEncoder` was
-    /// 4 % of the API's CPU per accepted receipt.
+    /// The job as JSON, as ``init(json:)`` reads it, written by hand: `JSONEncoder` was 4 % of the API's
+    /// CPU per accepted receipt.
     public var json: String {
         var object = JSONObjectWriter()
         object.add("acceptedAtMilliseconds", self.acceptedAtMilliseconds)
@@ -56,6 +56,33 @@ extension ReceiptJob {
         object.add("receiptData", self.receiptData)
         object.add("transactionId", self.transactionId)
         return object.json
+    }
+
+    /// Reads what ``json`` writes (`JSONDecoder` was 1.3 % of a draining worker's CPU); `nil` when `json`
+    /// is not a job.
+    public init?(json: String) {
+        var json = json
+        guard let object = json.withUTF8({ JSONValue.object(UnsafeRawBufferPointer($0), maxDepth: 1) }),
+            case .string(let jobId)? = object["jobId"],
+            case .string(let publisher)? = object["publisherId"], let publisherId = UUID(uuidString: publisher),
+            case .string(let customerEmail)? = object["customerEmail"],
+            case .string(let offerId)? = object["offerId"],
+            case .string(let receiptData)? = object["receiptData"],
+            case .string(let platform)? = object["appType"], let appType = AppType(rawValue: platform),
+            case .number(let accepted)? = object["acceptedAtMilliseconds"], let acceptedAt = Int(accepted)
+        else { return nil }
+        // The optional fields: absent or null is nil, anything but a string is not a job.
+        var optional: [String: String] = [:]
+        for key in ["transactionId", "ipAddress"] {
+            guard let value = object.present(key) else { continue }
+            guard case .string(let text) = value else { return nil }
+            optional[key] = text
+        }
+        self.init(
+            jobId: jobId, publisherId: publisherId, customerEmail: customerEmail, offerId: offerId,
+            transactionId: optional["transactionId"], receiptData: receiptData, appType: appType, ipAddress: optional["ipAddress"],
+            acceptedAtMilliseconds: acceptedAt
+        )
     }
 
     /// A new job id: a random (version 4) UUID in lower case.

@@ -10,7 +10,6 @@ public struct ReceiptQueue: Sendable {
     private let redis: RedisClient
     /// Concurrent submissions leave together, in one call of the enqueue script.
     private let submissions: RedisBatcher
-    private let decoder = JSONDecoder()
 
     /// Creates the queue over a client, for one prefix.
     public init(redis: RedisClient, prefix: String) {
@@ -162,7 +161,7 @@ public struct ReceiptQueue: Sendable {
         switch parts.first?.string {
         case "ready", "poison":
             guard parts.count == 4, let attempt = parts[1].int, let payload = parts[2].string,
-                let job = try? self.decoder.decode(ReceiptJob.self, from: Data(payload.utf8))
+                let job = ReceiptJob(json: payload)
             else { return .missing }
             if parts[0].string == "poison" { return .poison(job, attempt: attempt) }
             return .ready(job, attempt: attempt, acceptedAtMilliseconds: parts[3].int ?? job.acceptedAtMilliseconds)
