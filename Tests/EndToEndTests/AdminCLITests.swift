@@ -17,13 +17,19 @@ struct AdminCLITests {
     }
 
     /// Runs `tollgate-api admin <arguments>` with `token` as TOLLGATE_ADMIN_TOKEN (unset when `nil`).
-    static func admin(_ system: TollgateSystem, _ arguments: [String], token: String?, stdin: String? = nil) throws -> Run {
+    static func admin(_ system: TollgateSystem, _ arguments: [String], token: String?, stdin: String? = nil) async throws -> Run {
+        let executable = "\(try TestEnvironment.binDirectory())/tollgate-api", apiBase = system.apiBase
+        return try await offThePool { try Self.run(executable, arguments, token: token, apiBase: apiBase, stdin: stdin) }
+    }
+
+    /// Runs the command to its end, blocking the calling thread.
+    private static func run(_ executable: String, _ arguments: [String], token: String?, apiBase: String, stdin: String?) throws -> Run {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "\(try TestEnvironment.binDirectory())/tollgate-api")
+        process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["admin"] + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["TOLLGATE_ADMIN_TOKEN"] = token
-        environment["TOLLGATE_ADMIN_URL"] = system.apiBase
+        environment["TOLLGATE_ADMIN_URL"] = apiBase
         process.environment = environment
         let output = Pipe()
         let error = Pipe()
@@ -45,12 +51,12 @@ struct AdminCLITests {
         let system = try await TollgateSystem()
         do {
             let token = system.adminToken
-            let created = try Self.admin(system, ["publishers", "create", "--name", "CLI Publisher"], token: token)
+            let created = try await Self.admin(system, ["publishers", "create", "--name", "CLI Publisher"], token: token)
             #expect(created.status == 0, "\(created.error)")
             let publisherId = try #require(created.json["id"] as? String)
             #expect(created.json["publisherToken"] is String)
 
-            let app = try Self.admin(
+            let app = try await Self.admin(
                 system, ["apps", "create", "--publisher-id", publisherId, "--bundle-id", "com.example.cli", "--shared-secret-file", "-"],
                 token: token, stdin: "cli-shared-secret\n"
             )
@@ -58,7 +64,7 @@ struct AdminCLITests {
             #expect(app.json["bundleId"] as? String == "com.example.cli")
             #expect(!app.output.contains("cli-shared-secret"))
 
-            let product = try Self.admin(system, [
+            let product = try await Self.admin(system, [
                 "products", "create", "--publisher-id", publisherId, "--bundle-id", "com.example.cli", "--product-id", "cli.coins",
                 "--kind", "consumable", "--title", "Coins", "--coins", "50",
             ], token: token)
@@ -67,32 +73,32 @@ struct AdminCLITests {
             #expect(product.json["coins"] as? Int == 50)
             let productId = try #require(product.json["id"] as? String)
 
-            let disabled = try Self.admin(system, ["products", "disable", productId], token: token)
+            let disabled = try await Self.admin(system, ["products", "disable", productId], token: token)
             #expect(disabled.json["enabled"] as? Bool == false)
-            let listed = try Self.admin(system, ["products", "list", "--publisher-id", publisherId], token: token)
+            let listed = try await Self.admin(system, ["products", "list", "--publisher-id", publisherId], token: token)
             #expect((listed.json["products"] as? [[String: Any]])?.count == 1)
 
-            let publishers = try Self.admin(system, ["publishers", "list"], token: token)
+            let publishers = try await Self.admin(system, ["publishers", "list"], token: token)
             #expect((publishers.json["publishers"] as? [[String: Any]])?.first?["name"] as? String == "CLI Publisher")
-            let rotated = try Self.admin(system, ["publishers", "rotate-credentials", publisherId], token: token)
+            let rotated = try await Self.admin(system, ["publishers", "rotate-credentials", publisherId], token: token)
             #expect(rotated.status == 0 && rotated.json["publisherToken"] as? String != created.json["publisherToken"] as? String)
-            #expect(try Self.admin(system, ["publishers", "disable", publisherId], token: token).json["enabled"] as? Bool == false)
+            #expect(try await Self.admin(system, ["publishers", "disable", publisherId], token: token).json["enabled"] as? Bool == false)
 
-            let queue = try Self.admin(system, ["queue"], token: token)
+            let queue = try await Self.admin(system, ["queue"], token: token)
             #expect(Set(queue.json.keys) == ["queued", "processing", "retrying", "dead"])
-            #expect(try Self.admin(system, ["dead-letters"], token: token).json["deadLetters"] is [Any])
+            #expect(try await Self.admin(system, ["dead-letters"], token: token).json["deadLetters"] is [Any])
 
             // Refusals: the API's message on stderr, exit 1; no token or a bad id: exit 64 (usage), no request made.
-            let unknown = try Self.admin(system, ["requeue", "00000000-0000-0000-0000-000000000000"], token: token)
+            let unknown = try await Self.admin(system, ["requeue", "00000000-0000-0000-0000-000000000000"], token: token)
             #expect(unknown.status == 1)
             #expect(unknown.error.contains("404"))
-            let wrong = try Self.admin(system, ["queue"], token: "wrong-admin-token-0123456789")
+            let wrong = try await Self.admin(system, ["queue"], token: "wrong-admin-token-0123456789")
             #expect(wrong.status == 1)
             #expect(wrong.error.contains("401"))
-            let missing = try Self.admin(system, ["queue"], token: nil)
+            let missing = try await Self.admin(system, ["queue"], token: nil)
             #expect(missing.status != 0)
             #expect(missing.error.contains("TOLLGATE_ADMIN_TOKEN"))
-            let hostile = try Self.admin(system, ["requeue", "../publishers"], token: token)
+            let hostile = try await Self.admin(system, ["requeue", "../publishers"], token: token)
             #expect(hostile.status != 0)
             #expect(hostile.error.contains("is not an id"))
         } catch {

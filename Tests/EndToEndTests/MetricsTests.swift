@@ -71,9 +71,11 @@ struct MetricsTests {
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
             let port = try await worker.port()
             let workerURL = "http://127.0.0.1:\(port)/metrics"
-            let done = try await Poll.until(timeout: .seconds(30), "the worker's gauges show an empty queue") {
+            // The counters move just after each job is finished in Redis, so they are polled for too.
+            let done = try await Poll.until(timeout: .seconds(30), "the worker's gauges show an empty queue, its counters every grant") {
                 let samples = try await Self.scrape(system, workerURL)
-                return Self.value(samples, "tollgate_queue_lag") == 0 && Self.value(samples, "tollgate_queue_pending") == 0 ? samples : nil
+                let empty = Self.value(samples, "tollgate_queue_lag") == 0 && Self.value(samples, "tollgate_queue_pending") == 0
+                return empty && Self.value(samples, "tollgate_accepted_to_granted_seconds_count") == Double(count) ? samples : nil
             }
             #expect(Self.value(done, "tollgate_jobs_total", ["status": "granted"]) == Double(count))
             #expect(Self.value(done, "tollgate_job_attempts_total") == Double(count))

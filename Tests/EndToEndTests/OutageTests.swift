@@ -100,7 +100,7 @@ struct OutageTests {
                 let reply = try await Self.submit(system, publisher, index, latencyMs: 1000)
                 jobs.append(try #require(reply.json["jobId"] as? String))
             }
-            try postgres.stop()
+            try await postgres.stop()
             let outageStarted = ContinuousClock.now
             _ = try await Poll.until(timeout: .seconds(30), "worker not ready") {
                 try await Self.ready(system, port: workerPort) == 503 ? true : nil

@@ -160,12 +160,14 @@ final class TollgateSystem: @unchecked Sendable {
         )
     }
 
-    /// Polls access status every 250 ms (clients poll every 5 s; tests need not wait that long) until granted.
+    /// Polls access status every 250 ms (clients poll every 5 s; tests need not wait that long) until granted
+    /// and no longer pending: the worker commits the grant, then finishes the job in Redis, so for one round
+    /// trip in between the answer is both granted and pending.
     func waitForAccess(_ publisher: Publisher, email: String, offerId: String, timeout: Duration = .seconds(60)) async throws -> [String: Any] {
         let query = "customerEmail=\(email.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? email)&offerId=\(offerId)"
         return try await Poll.until(timeout: timeout, interval: .milliseconds(250), "access for \(email)") {
             let reply = try await self.request(.GET, "/v1/access-status?\(query)", headers: publisher.headers)
-            return reply.json["accessGranted"] as? Bool == true ? reply.json : nil
+            return reply.json["accessGranted"] as? Bool == true && reply.json["pending"] as? Bool == false ? reply.json : nil
         }
     }
 

@@ -1,5 +1,4 @@
 import Foundation
-import Logging
 import Shared
 
 /// A PostgreSQL cluster of a test's own (the shared one must stay up for every other test) that the test
@@ -15,13 +14,18 @@ public final class DedicatedPostgres: Sendable {
         self.directory = "\(try TestEnvironment.stateDirectory())/pg-\(UUID().uuidString.prefix(8))"
         self.port = try DedicatedRedis.freePort()
         try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
-        try Self.run("/usr/bin/chown", ["postgres", self.directory])
-        try Self.asPostgres("\(Self.bin)/initdb", ["-D", "\(self.directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"])
+        let directory = self.directory, port = self.port
+        try await offThePool {
+            try Self.run("/usr/bin/chown", ["postgres", directory])
+            try Self.asPostgres("\(Self.bin)/initdb", ["-D", "\(directory)/data", "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C"])
+        }
         try await self.start()
-        try Self.run("/usr/bin/psql", ["-h", "127.0.0.1", "-p", String(self.port), "-U", "postgres", "-qc", "CREATE DATABASE tollgate"])
+        try await offThePool {
+            try Self.run("/usr/bin/psql", ["-h", "127.0.0.1", "-p", String(port), "-U", "postgres", "-qc", "CREATE DATABASE tollgate"])
+        }
         let database = PostgresClient(url: self.url, connections: 1)
         do {
-            try await Migrator(database: database, logger: Logger(label: "test.migrate")).migrate()
+            try await Migrator(database: database, logger: TestEnvironment.migrationLogger).migrate()
         } catch {
             await database.shutdown()
             throw error
@@ -34,15 +38,19 @@ public final class DedicatedPostgres: Sendable {
 
     /// Starts (or restarts) the cluster and waits until it accepts connections.
     public func start() async throws {
-        try Self.asPostgres("\(Self.bin)/pg_ctl", [
-            "-D", "\(self.directory)/data", "-l", "\(self.directory)/postgres.log", "-w",
-            "-o", "-c listen_addresses=127.0.0.1 -p \(self.port) -k \(self.directory) -c fsync=off", "start",
-        ])
+        let directory = self.directory, port = self.port
+        try await offThePool {
+            try Self.asPostgres("\(Self.bin)/pg_ctl", [
+                "-D", "\(directory)/data", "-l", "\(directory)/postgres.log", "-w",
+                "-o", "-c listen_addresses=127.0.0.1 -p \(port) -k \(directory) -c fsync=off", "start",
+            ])
+        }
     }
 
     /// Stops the cluster (fast shutdown: connections are cut, as in an outage).
-    public func stop() throws {
-        try Self.asPostgres("\(Self.bin)/pg_ctl", ["-D", "\(self.directory)/data", "-m", "fast", "-w", "stop"])
+    public func stop() async throws {
+        let directory = self.directory
+        try await offThePool { try Self.asPostgres("\(Self.bin)/pg_ctl", ["-D", "\(directory)/data", "-m", "fast", "-w", "stop"]) }
     }
 
     deinit {

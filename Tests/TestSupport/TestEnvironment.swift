@@ -59,12 +59,20 @@ public enum TestEnvironment {
         guard let url = components.string else { throw Missing(variable: "TOLLGATE_TEST_DATABASE_URL") }
         let database = PostgresClient(url: url, connections: 1)
         do {
-            try await Migrator(database: database, logger: Logger(label: "test.migrate")).migrate()
+            try await Migrator(database: database, logger: Self.migrationLogger).migrate()
             await database.shutdown()
         } catch {
             await database.shutdown()
             throw error
         }
         return url
+    }
+
+    /// The migrator's logger in tests: warnings only, as every test database is migrated from scratch and
+    /// its "applying migration" lines would bury the test output.
+    public static var migrationLogger: Logger {
+        var logger = Logger(label: "test.migrate")
+        logger.logLevel = .warning
+        return logger
     }
 }

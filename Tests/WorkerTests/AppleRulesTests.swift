@@ -182,7 +182,7 @@ struct AppleRulesTests {
     @Test("HTTP 429/5xx, a body that is not Apple's JSON, or a timeout on the first call: retrying, then granted", arguments: Transport.allCases)
     func transportFailure(_ mode: Transport) async throws {
         // A short Apple timeout, so the emulator's held request (`timeout` mode) fails the call quickly.
-        let timeout = mode == .timeout ? 300 : 5000
+        let timeout = mode == .timeout ? 300 : 30_000
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(), appleTimeoutMilliseconds: timeout) { harness in
             try await harness.app(Self.bundle)
             try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)

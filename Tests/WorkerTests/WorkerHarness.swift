@@ -28,7 +28,7 @@ final class WorkerHarness: @unchecked Sendable {
     /// emulator still runs, so tests can use both. Whatever it started is stopped again when it throws.
     init(
         retry: RetryPolicy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 50, maxAttempts: 5, maxAgeSeconds: 3600),
-        appleTimeoutMilliseconds: Int = 5000, appleBase: String? = nil
+        appleTimeoutMilliseconds: Int = 30_000, appleBase: String? = nil
     ) async throws {
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         var emulator: ManagedProcess?
@@ -82,7 +82,7 @@ final class WorkerHarness: @unchecked Sendable {
     /// Runs `body` with a fresh harness and always shuts it down, on failure too.
     static func with(
         retry: RetryPolicy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 50, maxAttempts: 5, maxAgeSeconds: 3600),
-        appleTimeoutMilliseconds: Int = 5000, appleBase: String? = nil,
+        appleTimeoutMilliseconds: Int = 30_000, appleBase: String? = nil,
         _ body: (WorkerHarness) async throws -> Void
     ) async throws {
         await Self.slots.acquire()

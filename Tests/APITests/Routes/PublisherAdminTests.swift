@@ -21,9 +21,10 @@ struct PublisherAdminTests {
         try await APIHarness.withAPI(options, body)
     }
 
-    /// Polls until `tenant`'s credentials answer `status` on `api`; the auth cache lives 5 s, so 10 s is ample.
+    /// Polls until `tenant`'s credentials answer `status` on `api`; the auth cache lives 5 s, and 30 s
+    /// leaves room for a loaded machine.
     static func expectEventually(_ api: APIClient, _ tenant: Tenant, _ status: HTTPResponse.Status, _ what: String) async throws {
-        _ = try await Poll.until(timeout: .seconds(10), what) {
+        _ = try await Poll.until(timeout: .seconds(30), what) {
             try await api.get(tenant, Self.wallet).status == status ? true : nil
         }
     }

@@ -149,9 +149,10 @@ struct APIClient: Sendable {
         try #require(try await self.inspector.send("XLEN", "\(self.prefix):{q}:jobs").int)
     }
 
-    /// Every Redis key of this deployment, sorted.
+    /// Every Redis key of this deployment, sorted, but the rate-limit buckets, which expire on their own
+    /// a few seconds after a publisher's last request.
     func keys() async throws -> [String] {
-        (try await self.inspector.send("KEYS", "\(self.prefix):*").array ?? []).compactMap(\.string).sorted()
+        (try await self.inspector.send("KEYS", "\(self.prefix):*").array ?? []).compactMap(\.string).filter { !$0.contains(":{rate}:") }.sorted()
     }
 }
 
