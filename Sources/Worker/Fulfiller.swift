@@ -93,11 +93,13 @@ struct Fulfiller: Sendable {
             return .rejected(.expired, environment: environment, expiresAt: end)
         }
 
+        let granting = ContinuousClock.now
         let outcome = try await self.grants.grant(GrantRequest(
             job: job, app: app, product: product, transaction: matched, renewals: renewals,
             gracePeriodEndMilliseconds: evidence.gracePeriodEnds[matched.originalTransactionId], environment: environment,
             verifiedAt: verifiedAt
         ))
+        WorkerMetrics.step(.grant, ContinuousClock.now - granting)
         switch outcome {
         case .granted(let expiresAt):
             return .granted(environment: environment, expiresAt: expiresAt.map { Int($0.timeIntervalSince1970) })

@@ -23,8 +23,11 @@ struct JobProcessor: Sendable {
             return
         }
         let start: StartOutcome
+        let began = WallClock.nowMilliseconds()
+        let starting = ContinuousClock.now
         do {
-            start = try await self.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: self.maxStarts)
+            start = try await self.queue.start(delivery, now: began, maxStarts: self.maxStarts)
+            WorkerMetrics.step(.start, ContinuousClock.now - starting)
         } catch {
             // The entry stays pending; a claim brings it back once Redis answers again.
             logger.warning("cannot start job", metadata: ["error": "\(error)"])
@@ -46,6 +49,7 @@ struct JobProcessor: Sendable {
             try? await self.queue.acknowledge(delivery)
         case .ready(let job, let attempt, let acceptedAt):
             logger[metadataKey: "attempt"] = "\(attempt)"
+            if attempt == 1 { WorkerMetrics.step(.wait, milliseconds: began - acceptedAt) }
             WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
             let outcome = await self.fulfiller.fulfil(job, logger: logger)
@@ -62,6 +66,8 @@ struct JobProcessor: Sendable {
 
     private func record(_ outcome: FulfilmentOutcome, delivery: QueueDelivery, job: ReceiptJob, attempt: Int, acceptedAt: Int, logger: Logger) async {
         let now = WallClock.nowMilliseconds()
+        let recording = ContinuousClock.now
+        defer { WorkerMetrics.step(.finish, ContinuousClock.now - recording) }
         do {
             switch outcome {
             case .granted(let environment, let expiresAt):

@@ -34,9 +34,35 @@ enum WorkerMetrics {
 
     static let inFlight = Meter(label: "tollgate_verifications_in_flight")
 
+    /// A step of a job besides Apple's answer (`tollgate_apple_call_duration_seconds`); with it, the steps
+    /// say where accepted → granted goes.
+    enum Step: String, CaseIterable {
+        /// From accepted to the first attempt's start: the wait in the queue.
+        case wait
+        /// Marking the job processing in Redis.
+        case start
+        /// The grant's transaction in PostgreSQL.
+        case grant
+        /// Recording the outcome in Redis.
+        case finish
+    }
+
+    static func step(_ step: Step, _ duration: Duration) {
+        Self.timer(step).record(duration: duration)
+    }
+
+    static func step(_ step: Step, milliseconds: Int) {
+        Self.timer(step).recordMilliseconds(milliseconds)
+    }
+
+    private static func timer(_ step: Step) -> Timer {
+        MetricHandles.timer("tollgate_job_step_seconds", [("step", step.rawValue)])
+    }
+
     /// Creates the metrics a scrape should show even before the first job (zero, not absent).
     static func register() {
         Self.inFlight.set(0)
+        for step in Step.allCases { _ = Self.timer(step) }
         Self.attempts.increment(by: 0)
     }
 }

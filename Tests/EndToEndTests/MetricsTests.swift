@@ -71,12 +71,18 @@ struct MetricsTests {
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
             let port = try await worker.port()
             let workerURL = "http://127.0.0.1:\(port)/metrics"
-            // The counters move just after each job is finished in Redis, so they are polled for too.
+            // The counters move just after each job is finished in Redis (the finish step's last), so they
+            // are polled for too.
             let done = try await Poll.until(timeout: .seconds(30), "the worker's gauges show an empty queue, its counters every grant") {
                 let samples = try await Self.scrape(system, workerURL)
                 let empty = Self.value(samples, "tollgate_queue_lag") == 0 && Self.value(samples, "tollgate_queue_pending") == 0
-                return empty && Self.value(samples, "tollgate_accepted_to_granted_seconds_count") == Double(count) ? samples : nil
+                return empty && Self.value(samples, "tollgate_job_step_seconds_count", ["step": "finish"]) == Double(count) ? samples : nil
             }
+            // Where each job's time went besides Apple: every step once per job; the burst waited for the worker.
+            for step in ["wait", "start", "grant", "finish"] {
+                #expect(Self.value(done, "tollgate_job_step_seconds_count", ["step": step]) == Double(count), "step \(step)")
+            }
+            #expect((Self.value(done, "tollgate_job_step_seconds_sum", ["step": "wait"]) ?? 0) > 0)
             #expect(Self.value(done, "tollgate_jobs_total", ["status": "granted"]) == Double(count))
             #expect(Self.value(done, "tollgate_job_attempts_total") == Double(count))
             #expect(Self.value(done, "tollgate_apple_call_duration_seconds_count", ["environment": "Production", "status": "0"]) == Double(count))
