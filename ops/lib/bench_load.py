@@ -4,6 +4,7 @@
   bench_load.py fill     --api URL --count N --tag T ...         post N distinct receipts as fast as possible
   bench_load.py paced    --api URL --rate R --seconds S ...      open-loop load at R receipts/s; accepted jobs to a TSV
   bench_load.py latency  --redis-port P --accepted FILE ...      wait for those jobs, accepted -> granted percentiles
+  bench_load.py steps    --url METRICS_URL ...                   the workers' step timers so far (sums and counts)
   bench_load.py cpu      --snapshot NAME=PID,...                 cumulative CPU ticks of processes, as one JSON line
   bench_load.py report   --results FILE --out FILE ...           BENCHMARKS.md from the collected results
 
@@ -20,6 +21,7 @@ import os
 import socket
 import sys
 import time
+import urllib.request
 
 from resp import Redis  # ops/lib is on sys.path: the scripts run from there
 
@@ -342,6 +344,53 @@ async def paced(args):
     return 0 if tally.errors == 0 else 1
 
 
+# ------------------------------------------------------------------ where a job's time went, from the workers
+
+# Timers summed over the workers' /metrics: (result name, metric, labels it must carry).
+STEP_TIMERS = (
+    ("wait", "tollgate_job_step_seconds", 'step="wait"'),
+    ("start", "tollgate_job_step_seconds", 'step="start"'),
+    ("apple", "tollgate_apple_call_duration_seconds", ""),
+    ("grant", "tollgate_job_step_seconds", 'step="grant"'),
+    ("finish", "tollgate_job_step_seconds", 'step="finish"'),
+    ("total", "tollgate_accepted_to_granted_seconds", ""),
+)
+
+
+def steps(args):
+    """Sums and counts of the step timers so far, over every worker; a phase's figures are two marks' difference."""
+    totals = collections.defaultdict(float)
+    for url in args.url:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode("utf-8", "replace")
+        except OSError as error:
+            log("steps: cannot read %s: %s" % (url, error))
+            return 1
+        for line in text.splitlines():
+            for name, metric, label in STEP_TIMERS:
+                for part in ("sum", "count"):
+                    if line.startswith("%s_%s" % (metric, part)) and label in line:
+                        totals["%s_%s" % (name, part)] += float(line.rsplit(" ", 1)[1])
+    with open(args.results, "a", encoding="utf-8") as out:
+        for name, _metric, _label in STEP_TIMERS:
+            for part in ("sum", "count"):
+                out.write("%s%s_%s=%s\n" % (args.key, name, part, totals["%s_%s" % (name, part)]))
+    return 0
+
+
+def step_means(results, key):
+    """`wait 1.3 ms, start 0.8 ms, …` for the jobs between the marks KEY.steps_before and KEY.steps_after."""
+    parts = []
+    for name, _metric, _label in STEP_TIMERS:
+        total = delta(results, key + ".steps_after." + name + "_sum", key + ".steps_before." + name + "_sum")
+        count = delta(results, key + ".steps_after." + name + "_count", key + ".steps_before." + name + "_count")
+        if not count:
+            return None
+        parts.append("%s %.1f ms" % ("accepted → granted" if name == "total" else name, 1000 * total / count))
+    return ", ".join(parts)
+
+
 # ------------------------------------------------------------------ accepted -> granted, read from Redis
 
 def latency(args):
@@ -641,6 +690,10 @@ def report(args):
                 fmt(number(r, "latency%s.jobs" % key)), r.get("latency%s.statuses" % key, "?"),
                 fmt(number(r, "latency%s.client_p50_ms" % key)), fmt(number(r, "latency%s.client_p99_ms" % key)),
                 fmt((number(r, "latency%s.api_p50_ms" % key) or 0) - apple_ms)))
+        means = step_means(r, "latency%s" % key)
+        if means:
+            add("| where that time went, %d worker%s: mean per job over the same load, from the workers' step timers "
+                "(`tollgate_job_step_seconds`, Apple's call, accepted → granted) | %s | |" % (n, "" if n == 1 else "s", means))
     add("| scaling: two workers / one worker | %s × | |" % fmt(ratio(drain2, drain1), 2))
     add("| memory: peak RSS (`VmHWM`) | API %s MB (over every phase); worker %s MB (one-worker phases), %s MB and %s MB (two-worker phases); emulator %s MB | |" % (
         fmt(api_rss, 1), fmt(number(r, "rss.worker1_mb"), 1), fmt(number(r, "rss.worker2a_mb"), 1),
@@ -758,6 +811,11 @@ def main():
     p.add_argument("--results", required=True)
     p.add_argument("--key", required=True)
 
+    p = sub.add_parser("steps")
+    p.add_argument("--url", action="append", required=True)
+    p.add_argument("--results", required=True)
+    p.add_argument("--key", required=True)
+
     p = sub.add_parser("cpu")
     p.add_argument("--snapshot", required=True)
     p.add_argument("--with-children", default="")
@@ -778,6 +836,8 @@ def main():
         return asyncio.run(paced(args))
     if args.command == "latency":
         return latency(args)
+    if args.command == "steps":
+        return steps(args)
     if args.command == "cpu":
         return cpu(args)
     return report(args)
