@@ -49,7 +49,8 @@ struct JobProcessor: Sendable {
             try? await self.queue.acknowledge(delivery)
         case .ready(let job, let attempt, let acceptedAt):
             logger[metadataKey: "attempt"] = "\(attempt)"
-            if attempt == 1 { WorkerMetrics.step(.wait, milliseconds: began - acceptedAt) }
+            // The API's clock stamped acceptedAt; a host whose clock runs behind must not record a negative wait.
+            if attempt == 1 { WorkerMetrics.step(.wait, milliseconds: max(0, began - acceptedAt)) }
             WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
             let outcome = await self.fulfiller.fulfil(job, logger: logger)
