@@ -373,6 +373,145 @@ struct GrantStoreTests {
         }
     }
 
+    /// What an answer listing `transactions` (brought in by `customer`'s job) says about them.
+    static func evidence(_ world: World, _ customer: String, _ transactions: [AppleTransaction]) -> Evidence {
+        Evidence(
+            publisherId: world.publisher.id, appId: world.app.id,
+            products: Dictionary(uniqueKeysWithValues: [world.coins, world.lifetime, world.pass, world.subscription].map { ($0.productId, $0) }),
+            answer: AppleAnswer(status: 0, latestReceiptInfo: transactions), environment: "Production",
+            job: world.job(customer, world.subscription, transactionId: transactions[0].transactionId), verifiedAt: Date()
+        )
+    }
+
+    static func period(_ original: String, _ id: String, ends: Date, cancelled: Date? = nil) -> AppleTransaction {
+        AppleTransaction(
+            productId: "sub.monthly", transactionId: id, originalTransactionId: original,
+            purchaseDateMilliseconds: Self.ms(ends.addingTimeInterval(-30 * Self.day)), expiresDateMilliseconds: Self.ms(ends),
+            cancellationDateMilliseconds: cancelled.map(Self.ms)
+        )
+    }
+
+    @Test("a renewal found in any answer extends the owner's access and is recorded as fulfilled")
+    func renewalEvidenceExtends() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let original = Fixtures.transactionId()
+            let first = Self.period(original, original, ends: now.addingTimeInterval(10 * Self.day))
+            let renewal = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(40 * Self.day))
+            _ = try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first]))
+            // Another customer's receipt lists the renewal: the owner's access follows it.
+            let applied = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [first, renewal]))
+            #expect(applied.extended == 1)
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(renewal.expiresDateMilliseconds)))
+            #expect(try await world.ledger(renewal.transactionId) == ["fulfilled"])
+            #expect(try await world.access("b@example.com", world.subscription).granted == false)
+        }
+    }
+
+    @Test("a subscription that lapsed, or was refunded, and was bought again grants again", arguments: ["lapsed", "refunded"])
+    func subscriptionBoughtAgain(_ history: String) async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let original = Fixtures.transactionId()
+            var first = Self.period(original, original, ends: now.addingTimeInterval(history == "lapsed" ? -5 * Self.day : 10 * Self.day))
+            if history == "lapsed" {
+                #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first])) == .expired(expiresAt: Self.date(first.expiresDateMilliseconds)))
+            } else {
+                _ = try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first]))
+                first.cancellationDateMilliseconds = Self.ms(now)
+                #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first])) == .refunded)
+            }
+            #expect(try await world.access("a@example.com", world.subscription).granted == false)
+
+            // Bought again in the same group: the same original transaction. The answer's evidence runs first.
+            let again = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(29 * Self.day))
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, again]))
+            #expect(try await world.ledger(again.transactionId) == ["verified"])
+            let end = Self.date(again.expiresDateMilliseconds)
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, again, renewals: [first, again])) == .granted(expiresAt: end))
+            let access = try await world.access("a@example.com", world.subscription)
+            #expect(access.granted)
+            #expect(Self.close(access.expiresAt, end))
+            #expect(try await world.ledger(again.transactionId) == ["fulfilled"])
+        }
+    }
+
+    @Test("refunding one of two stacked passes keeps the other's days", arguments: ["first", "second"])
+    func refundOneStackedPass(_ refunded: String) async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            var first = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)))
+            var second = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
+            _ = try await world.grants.grant(world.request("a@example.com", world.pass, first, verifiedAt: now))
+            _ = try await world.grants.grant(world.request("a@example.com", world.pass, second, verifiedAt: now))
+            let firstEnd = Self.date(first.purchaseDateMilliseconds).addingTimeInterval(30 * Self.day)
+            #expect(Self.close(try await world.access("a@example.com", world.pass).expiresAt, firstEnd.addingTimeInterval(30 * Self.day)))
+
+            // What is left is the other pass alone, from its own purchase.
+            let left: Date
+            if refunded == "first" {
+                first.cancellationDateMilliseconds = Self.ms(now)
+                #expect(try await world.grants.grant(world.request("a@example.com", world.pass, first, verifiedAt: now)) == .refunded)
+                left = Self.date(second.purchaseDateMilliseconds).addingTimeInterval(30 * Self.day)
+            } else {
+                second.cancellationDateMilliseconds = Self.ms(now)
+                #expect(try await world.grants.grant(world.request("a@example.com", world.pass, second, verifiedAt: now)) == .refunded)
+                left = firstEnd
+            }
+            var access = try await world.access("a@example.com", world.pass)
+            #expect(access.granted)
+            #expect(Self.close(access.expiresAt, left))
+            // The same refund seen again takes nothing more.
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, second]))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.pass, refunded == "first" ? first : second, verifiedAt: now)) == .refunded)
+            #expect(Self.close(try await world.access("a@example.com", world.pass).expiresAt, left))
+
+            // Refunding the other one too leaves nothing.
+            if refunded == "first" { second.cancellationDateMilliseconds = Self.ms(now) } else { first.cancellationDateMilliseconds = Self.ms(now) }
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, second]))
+            access = try await world.access("a@example.com", world.pass)
+            #expect(access.granted == false)
+        }
+    }
+
+    @Test("a claim committed by the same customer's concurrent grant for another offer is not mistaken for another's")
+    func claimRaceAcrossOffers() async throws {
+        try await Self.withWorld(connections: 4) { world in
+            let yearly = try await world.catalog.createProduct(ProductDraft(
+                publisherId: world.publisher.id, bundleId: world.app.bundleId, productId: "sub.yearly", offerId: nil, kind: .autoRenewable,
+                title: "Yearly", description: nil, coins: nil, durationDays: nil, enabled: true
+            ))
+            let original = Fixtures.transactionId()
+            let period = AppleTransaction(
+                productId: "sub.yearly", transactionId: original, originalTransactionId: original,
+                purchaseDateMilliseconds: Self.ms(Date()), expiresDateMilliseconds: Self.ms(Date().addingTimeInterval(365 * Self.day))
+            )
+            try await world.database.withConnection { holder in
+                // Another grant of the same customer holds the claim, uncommitted, under another offer's lock.
+                try await holder.query("BEGIN")
+                try await holder.query(
+                    "INSERT INTO claims (publisher_id, claim_key, customer_email) VALUES ($1, $2, $3)",
+                    [world.publisher.id, "original:\(original)", "a@example.com"]
+                )
+                let grant = Task { try await world.grants.grant(world.request("a@example.com", yearly, period, renewals: [period])) }
+                let deadline = ContinuousClock.now + .seconds(30)
+                while try await world.database.query(
+                    "SELECT count(*) AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO claims%'"
+                ).first?.decode(Int.self, "waiting") == 0 {
+                    try #require(ContinuousClock.now < deadline, "the grant never waited for the claim")
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                try await holder.query("COMMIT")
+                #expect(try await grant.value == .granted(expiresAt: Self.date(period.expiresDateMilliseconds)))
+            }
+            #expect(try await world.access("a@example.com", yearly).granted)
+        }
+    }
+
+    static func date(_ milliseconds: Int64?) -> Date {
+        Date(timeIntervalSince1970: Double(milliseconds ?? 0) / 1000)
+    }
+
     @Test("20 concurrent grants of one consumable transaction credit exactly once")
     func concurrentGrants() async throws {
         try await Self.withWorld(connections: 8) { world in

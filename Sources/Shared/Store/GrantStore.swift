@@ -51,7 +51,14 @@ public struct GrantStore: Sendable {
             ),
             Self.recordVerifiedStatement(request, claimKey: claimKey),
         ])
-        let owner = try opened[2].first?.decode(String.self, "customer_email")
+        var owner = try opened[2].first?.decode(String.self, "customer_email")
+        if owner == nil {
+            // The insert waited for a concurrent grant of the same claim (another offer's lock) and did
+            // nothing; the statement's snapshot predates that commit. A new statement sees it.
+            owner = try await session.query(
+                "SELECT customer_email FROM claims WHERE publisher_id = $1 AND claim_key = $2", [job.publisherId, claimKey]
+            ).first?.decode(String.self, "customer_email")
+        }
         guard owner == job.customerEmail else {
             // The ledger upsert wrote nothing: the claim is another customer's.
             try await session.query("COMMIT")
@@ -195,8 +202,11 @@ public struct GrantStore: Sendable {
         try await session.query(sql, parameters)
     }
 
-    /// A renewal period seen in an answer becomes a fulfilled ledger row of the subscription's owner; it
-    /// carries no job id, because the job that brought it in may be another customer's.
+    /// A renewal period seen in an answer becomes a ledger row of the subscription's owner; it carries no
+    /// job id, because the job that brought it in may be another customer's. It is `fulfilled` when the
+    /// owner holds an unrevoked entitlement to the offer (which the extension below carries forward), and
+    /// only `verified` otherwise (a subscription that lapsed, or was refunded, and was bought again): the
+    /// owner's own job for it then grants it in full, instead of finding it done.
     private static func recordRenewal(
         _ entry: AppleTransaction, owner: String, product: Product, evidence: Evidence, session: PostgresSession
     ) async throws {
@@ -206,7 +216,15 @@ public struct GrantStore: Sendable {
                 publisher_id, app_id, product_ref, transaction_id, original_transaction_id, product_id, customer_email,
                 offer_id, environment, job_id, receipt_digest, state, purchase_date, expires_date, received_at, verified_at,
                 fulfilled_at, granted_until
-            ) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'fulfilled', $12, $13, $14, $14, $14, $13)
+            )
+            SELECT $1::uuid, $2::uuid, $3::uuid, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text, $11::text,
+                CASE WHEN held THEN 'fulfilled' ELSE 'verified' END, $12::timestamptz, $13::timestamptz, $14::timestamptz,
+                $14::timestamptz, CASE WHEN held THEN $14::timestamptz END, CASE WHEN held THEN $13::timestamptz END
+            FROM (
+                SELECT EXISTS (
+                    SELECT 1 FROM entitlements WHERE publisher_id = $1 AND customer_email = $7 AND offer_id = $8 AND revoked_at IS NULL
+                ) AS held
+            ) owner
             ON CONFLICT (app_id, transaction_id) DO NOTHING
             """,
             [
@@ -321,16 +339,33 @@ public struct GrantStore: Sendable {
 
     /// Withdraws what a refunded transaction gave: the entitlement it (or a later period of the same
     /// purchase) granted ends at the cancellation, its coins are reversed, its ledger row is invalidated.
+    /// A non-renewing pass gave its days to a stack: the stack is recomputed without it.
     private static func revoke(ledgerId: Int64, cancelledAt: Date, session: PostgresSession) async throws {
-        try await session.query(
+        let cancelled = try await session.query(
             """
-            UPDATE entitlements e SET revoked_at = $2, updated_at = now()
-            FROM transactions granting, transactions cancelled
-            WHERE cancelled.id = $1 AND granting.id = e.granted_by AND granting.app_id = cancelled.app_id
-              AND granting.original_transaction_id = cancelled.original_transaction_id AND e.revoked_at IS NULL
+            SELECT t.state, t.customer_email, t.offer_id, t.publisher_id, p.kind FROM transactions t
+            LEFT JOIN products p ON p.id = t.product_ref WHERE t.id = $1
             """,
-            [ledgerId, cancelledAt]
-        )
+            [ledgerId]
+        ).first
+        if let cancelled, try cancelled.decode(String?.self, "kind") == ProductKind.nonRenewing.rawValue {
+            if try cancelled.decode(String.self, "state") == "fulfilled" {
+                try await Self.restackPasses(
+                    publisherId: try cancelled.decode(UUID.self, "publisher_id"), customerEmail: try cancelled.decode(String.self, "customer_email"),
+                    offerId: try cancelled.decode(String.self, "offer_id"), without: ledgerId, cancelledAt: cancelledAt, session: session
+                )
+            }
+        } else {
+            try await session.query(
+                """
+                UPDATE entitlements e SET revoked_at = $2, updated_at = now()
+                FROM transactions granting, transactions cancelled
+                WHERE cancelled.id = $1 AND granting.id = e.granted_by AND granting.app_id = cancelled.app_id
+                  AND granting.original_transaction_id = cancelled.original_transaction_id AND e.revoked_at IS NULL
+                """,
+                [ledgerId, cancelledAt]
+            )
+        }
         try await session.query(
             """
             INSERT INTO wallet_entries (publisher_id, customer_email, transaction_ref, kind, coins)
@@ -348,6 +383,49 @@ public struct GrantStore: Sendable {
             """,
             [ledgerId, cancelledAt]
         )
+    }
+
+    /// The customer's stack of non-renewing passes for an offer, recomputed from the passes still granted
+    /// (each `durationDays` from its purchase, after the access before it), leaving out a refunded one;
+    /// revoked when none is left. Access with no expiry (a non-consumable of the same offer) is kept.
+    private static func restackPasses(
+        publisherId: UUID, customerEmail: String, offerId: String, without refunded: Int64, cancelledAt: Date, session: PostgresSession
+    ) async throws {
+        let passes = try await session.query(
+            """
+            SELECT t.id, COALESCE(t.purchase_date, t.verified_at) AS purchased, p.duration_days FROM transactions t
+            JOIN products p ON p.id = t.product_ref
+            WHERE t.publisher_id = $1 AND t.customer_email = $2 AND t.offer_id = $3 AND t.id <> $4
+              AND t.state = 'fulfilled' AND t.cancellation_date IS NULL AND p.kind = 'non_renewing'
+            ORDER BY purchased, t.id
+            """,
+            [publisherId, customerEmail, offerId, refunded]
+        ).rows
+        var end: Date?
+        var last: Int64?
+        for pass in passes {
+            let purchased = try pass.decode(Date.self, "purchased")
+            let start = max(purchased, end ?? purchased)
+            end = start.addingTimeInterval(Double(try pass.decode(Int.self, "duration_days")) * 86_400)
+            last = try pass.decode(Int64.self, "id")
+        }
+        if let end, let last {
+            try await session.query(
+                """
+                UPDATE entitlements SET expires_at = $4, granted_by = $5, updated_at = now()
+                WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL AND expires_at IS NOT NULL
+                """,
+                [publisherId, customerEmail, offerId, end, last]
+            )
+        } else {
+            try await session.query(
+                """
+                UPDATE entitlements SET revoked_at = $4, updated_at = now()
+                WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL AND expires_at IS NOT NULL
+                """,
+                [publisherId, customerEmail, offerId, cancelledAt]
+            )
+        }
     }
 
     private static func invalidateStatement(ledgerId: Int64, reason: String) -> (String, [any PostgresEncodable]) {
