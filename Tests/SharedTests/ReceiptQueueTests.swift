@@ -291,6 +291,34 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("a job that ends without a grant gives its transaction up to other customers; a grant keeps it", arguments: ["rejected", "failed", "granted"])
+    func claimOutlivesOnlyGrants(_ outcome: String) async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(customerEmail: "first@example.com")
+            let delivery = try await harness.enqueueAndStart(job)
+            let now = WallClock.nowMilliseconds()
+            switch outcome {
+            case "failed":
+                try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "", now: now, retentionSeconds: Self.retention)
+            default:
+                try await harness.queue.finish(
+                    delivery, job: job, status: outcome == "granted" ? .granted : .rejected, reason: outcome == "granted" ? nil : .transactionNotFound,
+                    environment: nil, expiresAt: nil, now: now, retentionSeconds: Self.retention
+                )
+            }
+            let other = Fixtures.job(publisherId: job.publisherId, customerEmail: "second@example.com", transactionId: job.transactionId)
+            let expected: EnqueueOutcome = outcome == "granted" ? .alreadyClaimed : .created(jobId: other.jobId)
+            #expect(try await harness.queue.enqueue(other, keyTTLSeconds: Self.ttl) == expected)
+            // A late copy of the first job, finishing again, never takes the second customer's claim away.
+            try await harness.queue.finish(
+                delivery, job: job, status: .rejected, reason: .transactionNotFound, environment: nil, expiresAt: nil,
+                now: now, retentionSeconds: Self.retention
+            )
+            let third = Fixtures.job(publisherId: job.publisherId, customerEmail: "third@example.com", transactionId: job.transactionId)
+            #expect(try await harness.queue.enqueue(third, keyTTLSeconds: Self.ttl) == .alreadyClaimed)
+        }
+    }
+
     @Test("retry: status retrying with the next attempt time, entry acked, job in the retry set")
     func retry() async throws {
         try await Self.withQueue { harness in

@@ -71,8 +71,12 @@ enum QueueScripts {
     /// A final status is never overwritten by a late copy of the same job, except that a grant (the
     /// truth in PostgreSQL) replaces a dead letter.
     ///
-    /// KEYS: job, stream, pending, dead, inflight. ARGV: entry id, group, status, reason, environment,
-    /// expiresAt, now, retention (s), jobId, access channel. Empty strings mean "not set".
+    /// A job that ends without a grant gives up its transaction's claim, when the claim is still its
+    /// customer's: the transaction is then neither queued nor granted, so another customer may submit it.
+    ///
+    /// KEYS: job, stream, pending, dead, inflight, and claim when the job has a transaction id. ARGV: entry id,
+    /// group, status, reason, environment, expiresAt, now, retention (s), jobId, access channel, customer.
+    /// Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         local settled = current == 'granted' or current == 'rejected' or (current == 'failed' and ARGV[3] ~= 'granted')
@@ -88,6 +92,7 @@ enum QueueScripts {
           if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[6]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
           redis.call('HDEL', KEYS[1], 'payload', 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[8])
+          if KEYS[6] and ARGV[3] ~= 'granted' and redis.call('GET', KEYS[6]) == ARGV[11] then redis.call('DEL', KEYS[6]) end
         end
         redis.call('SREM', KEYS[3], ARGV[9])
         redis.call('ZREM', KEYS[5], ARGV[9])
@@ -129,11 +134,11 @@ enum QueueScripts {
         return #due
         """)
 
-    /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged; a job
-    /// already final is only acknowledged.
+    /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged, its claim
+    /// given up as in `finish`; a job already final is only acknowledged.
     ///
-    /// KEYS: job, stream, dead, pending, inflight. ARGV: entry id, group, jobId, reason, detail, now, retention (s),
-    /// access channel.
+    /// KEYS: job, stream, dead, pending, inflight, and claim when the job has a transaction id. ARGV: entry id,
+    /// group, jobId, reason, detail, now, retention (s), access channel, customer.
     static let deadLetter = RedisScript(name: "dead-letter", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
@@ -141,6 +146,7 @@ enum QueueScripts {
           redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
           redis.call('HDEL', KEYS[1], 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[7])
+          if KEYS[6] and redis.call('GET', KEYS[6]) == ARGV[9] then redis.call('DEL', KEYS[6]) end
         end
         redis.call('SREM', KEYS[4], ARGV[3])
         redis.call('ZREM', KEYS[5], ARGV[3])

@@ -39,10 +39,7 @@ public struct ReceiptQueue: Sendable {
     /// Submissions made while another call is in flight share the next call of the script; each is
     /// decided on its own, in order.
     public func enqueue(_ job: ReceiptJob, keyTTLSeconds: Int) async throws -> EnqueueOutcome {
-        var keys = [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.pending(for: job)]
-        if let transactionId = job.transactionId {
-            keys.append(self.keys.claim(publisherId: job.publisherId, transactionId: transactionId))
-        }
+        let keys = [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.pending(for: job)] + self.claimKeys(job)
         let reply = try await self.submissions.run(RedisBatcher.Item(
             keys: keys,
             arguments: [
@@ -179,10 +176,10 @@ public struct ReceiptQueue: Sendable {
     ) async throws {
         try await self.redis.run(
             QueueScripts.finish,
-            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight],
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight] + self.claimKeys(job),
             arguments: [
                 delivery.entryId, self.keys.group, status.rawValue, reason?.rawValue ?? "", environment ?? "",
-                expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId, self.keys.accessChannel,
+                expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId, self.keys.accessChannel, job.customerEmail,
             ]
         )
     }
@@ -218,10 +215,10 @@ public struct ReceiptQueue: Sendable {
     public func deadLetter(_ delivery: QueueDelivery?, job: ReceiptJob, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws {
         try await self.redis.run(
             QueueScripts.deadLetter,
-            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.dead, self.keys.pending(for: job), self.keys.inflight],
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.dead, self.keys.pending(for: job), self.keys.inflight] + self.claimKeys(job),
             arguments: [
                 delivery?.entryId ?? "", self.keys.group, job.jobId, reason.rawValue, detail, String(now), String(retentionSeconds),
-                self.keys.accessChannel,
+                self.keys.accessChannel, job.customerEmail,
             ]
         )
     }
@@ -264,6 +261,11 @@ public struct ReceiptQueue: Sendable {
         case "not_failed": return .notFailed(parts.count > 1 ? parts[1].string.flatMap(JobStatus.init) ?? .queued : .queued)
         default: return .missing
         }
+    }
+
+    /// The job's claim key, when it names a transaction.
+    private func claimKeys(_ job: ReceiptJob) -> [String] {
+        job.transactionId.map { [self.keys.claim(publisherId: job.publisherId, transactionId: $0)] } ?? []
     }
 
     private static func deliveries(_ value: RedisValue) -> [QueueDelivery] {
