@@ -24,15 +24,35 @@ struct Fulfiller: Sendable {
         }
     }
 
+    /// Every rejection the catalog decides is final, so one decided on the cached catalog is decided
+    /// again on a fresh one: an app or product created seconds ago must not be mistaken for none.
     private func run(_ job: ReceiptJob, logger: Logger) async throws -> FulfilmentOutcome {
-        let products = try await self.products.value(for: job.publisherId) {
-            let found = try await self.catalog.products(publisherId: job.publisherId)
+        let outcome = try await self.run(job, freshCatalog: false, logger: logger)
+        if case .rejected(let reason, _, _) = outcome, reason == .offerMismatch || reason == .bundleMismatch {
+            return try await self.run(job, freshCatalog: true, logger: logger)
+        }
+        return outcome
+    }
+
+    /// The publisher's products and apps, from the cache unless `fresh`.
+    private func catalog(_ publisherId: UUID, fresh: Bool) async throws -> (products: [Product], apps: [App]) {
+        if fresh {
+            self.products.remove(publisherId)
+            self.apps.remove(publisherId)
+        }
+        let products = try await self.products.value(for: publisherId) {
+            let found = try await self.catalog.products(publisherId: publisherId)
             return found.isEmpty ? nil : found
         } ?? []
-        let apps = try await self.apps.value(for: job.publisherId) {
-            let found = try await self.catalog.apps(publisherId: job.publisherId)
+        let apps = try await self.apps.value(for: publisherId) {
+            let found = try await self.catalog.apps(publisherId: publisherId)
             return found.isEmpty ? nil : found
         } ?? []
+        return (products, apps)
+    }
+
+    private func run(_ job: ReceiptJob, freshCatalog: Bool, logger: Logger) async throws -> FulfilmentOutcome {
+        let (products, apps) = try await self.catalog(job.publisherId, fresh: freshCatalog)
         let offerProducts = products.filter { $0.offerId == job.offerId }
         guard !offerProducts.isEmpty, !apps.isEmpty else { return .rejected(.offerMismatch, environment: nil) }
 
