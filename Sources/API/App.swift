@@ -51,6 +51,7 @@ struct Serve: AsyncParsableCommand {
         ]))
         LoggingSetup.bootstrap(format: configuration.logFormat, level: configuration.logLevel)
         let logger = Logger(label: "tollgate.api")
+        for warning in configuration.warnings { logger.warning("\(warning)") }
         let application = try await buildApplication(configuration: configuration, logger: logger)
         try await application.run()
     }

@@ -30,6 +30,7 @@ struct Worker: AsyncParsableCommand {
         LoggingSetup.bootstrap(format: configuration.logFormat, level: configuration.logLevel)
         var logger = Logger(label: "tollgate.worker")
         logger[metadataKey: "worker"] = "\(configuration.workerName)"
+        for warning in configuration.warnings { logger.warning("\(warning)") }
         try await runWorker(configuration: configuration, logger: logger)
     }
 }

@@ -47,7 +47,7 @@ public struct Configuration: Sendable {
     public var accessCacheLifetimeSeconds: Int
     /// `TOLLGATE_RATE_LIMIT_PER_S` (0 disables the limit).
     public var rateLimitPerSecond: Int
-    /// `TOLLGATE_RATE_LIMIT_BURST`.
+    /// `TOLLGATE_RATE_LIMIT_BURST` (0 disables the limit too).
     public var rateLimitBurst: Int
     /// `TOLLGATE_WORKER_NAME`: the consumer name in the stream's group. Defaults to host-pid-random, unique
     /// per process; give a stable one (as systemd units do) to let a restarted worker resume its own entries.
@@ -67,6 +67,8 @@ public struct Configuration: Sendable {
     public var workerDatabasePoolSize: Int
     /// `TOLLGATE_REDIS_POOL_SIZE`: pipelined Redis connections per process.
     public var redisPoolSize: Int
+    /// Values that are valid but unwise (a short secret), for the process to log once it can: never a value.
+    public var warnings: [String] = []
 
     /// Log verbosity.
     public enum LogLevel: String, Sendable, CaseIterable {
@@ -96,7 +98,7 @@ public struct Configuration: Sendable {
         self.redis = try RedisConfiguration(url: reader.string("TOLLGATE_REDIS_URL", default: "redis://127.0.0.1:6379/0"))
         self.httpHost = try reader.string("TOLLGATE_HTTP_HOST", default: "127.0.0.1")
         self.httpPort = try reader.int("TOLLGATE_HTTP_PORT", default: 8080, range: 0...65535)
-        self.adminToken = try reader.optionalSecret("TOLLGATE_ADMIN_TOKEN", minimumLength: 16)
+        self.adminToken = reader.optionalSecret("TOLLGATE_ADMIN_TOKEN", recommendedLength: 16, warnings: &self.warnings)
         self.appleProductionURL = try reader.url("TOLLGATE_APPLE_PRODUCTION_URL", default: "https://buy.itunes.apple.com/verifyReceipt")
         self.appleSandboxURL = try reader.url("TOLLGATE_APPLE_SANDBOX_URL", default: "https://sandbox.itunes.apple.com/verifyReceipt")
         self.appleTimeoutMilliseconds = try reader.int("TOLLGATE_APPLE_TIMEOUT_MS", default: 15_000, range: 1...600_000)
@@ -106,16 +108,18 @@ public struct Configuration: Sendable {
             throw ConfigurationError(variable: "TOLLGATE_QUEUE_PREFIX", "use at most 64 letters, digits, '-', '_', '.', ':'")
         }
         self.metricsPort = try reader.int("TOLLGATE_METRICS_PORT", default: 9464, range: 0...65535)
-        self.logLevel = try reader.choice("TOLLGATE_LOG_LEVEL", default: .info)
+        self.logLevel = try reader.choice(
+            "TOLLGATE_LOG_LEVEL", default: .info, aliases: ["warn": .warning, "err": .error, "crit": .critical, "fatal": .critical]
+        )
         self.logFormat = try reader.choice("TOLLGATE_LOG_FORMAT", default: .json)
-        let base = try reader.int("TOLLGATE_RETRY_BASE_MS", default: 1000, range: 1...86_400_000)
-        let maxDelay = try reader.int("TOLLGATE_RETRY_MAX_DELAY_MS", default: 300_000, range: 1...86_400_000)
+        let base = try reader.int("TOLLGATE_RETRY_BASE_MS", default: 1000, range: 0...86_400_000)
+        let maxDelay = try reader.int("TOLLGATE_RETRY_MAX_DELAY_MS", default: 300_000, range: 0...86_400_000)
         let attempts = try reader.int("TOLLGATE_RETRY_MAX_ATTEMPTS", default: 15, range: 1...1000)
         let age = try reader.int("TOLLGATE_RETRY_MAX_AGE_S", default: 86_400, range: 1...31_536_000)
         self.retry = RetryPolicy(baseMilliseconds: base, maxDelayMilliseconds: maxDelay, maxAttempts: attempts, maxAgeSeconds: age)
-        self.claimMinIdleMilliseconds = try reader.int("TOLLGATE_CLAIM_MIN_IDLE_MS", default: 60_000, range: 100...86_400_000)
+        self.claimMinIdleMilliseconds = try reader.int("TOLLGATE_CLAIM_MIN_IDLE_MS", default: 60_000, range: 1...86_400_000)
         self.shutdownGraceSeconds = try reader.int("TOLLGATE_SHUTDOWN_GRACE_S", default: 25, range: 0...3600)
-        self.tokenSecret = try reader.optionalSecret("TOLLGATE_TOKEN_SECRET", minimumLength: 32)
+        self.tokenSecret = reader.optionalSecret("TOLLGATE_TOKEN_SECRET", recommendedLength: 32, warnings: &self.warnings)
         self.customerTokenLifetimeSeconds = try reader.int("TOLLGATE_CUSTOMER_TOKEN_TTL_S", default: 900, range: 60...86_400)
         self.accessCacheLifetimeSeconds = try reader.int("TOLLGATE_ACCESS_CACHE_TTL_S", default: 30, range: 0...3600)
         self.rateLimitPerSecond = try reader.int("TOLLGATE_RATE_LIMIT_PER_S", default: 1000, range: 0...10_000_000)
@@ -170,20 +174,23 @@ struct EnvironmentReader {
         return text
     }
 
-    func choice<T: RawRepresentable & CaseIterable>(_ name: String, default defaultValue: T) throws -> T where T.RawValue == String {
+    func choice<T: RawRepresentable & CaseIterable>(
+        _ name: String, default defaultValue: T, aliases: [String: T] = [:]
+    ) throws -> T where T.RawValue == String {
         guard let text = self.raw(name) else { return defaultValue }
-        guard let value = T(rawValue: text.lowercased()) else {
+        guard let value = T(rawValue: text.lowercased()) ?? aliases[text.lowercased()] else {
             let allowed = T.allCases.map(\.rawValue).joined(separator: ", ")
             throw ConfigurationError(variable: name, "expected one of \(allowed), got '\(text)'")
         }
         return value
     }
 
-    /// A secret: its value never appears in the error.
-    func optionalSecret(_ name: String, minimumLength: Int) throws -> String? {
+    /// A secret: any value is accepted (CONTRACT.md sets no length), one shorter than `recommendedLength`
+    /// with a warning that names the variable, never the value.
+    func optionalSecret(_ name: String, recommendedLength: Int, warnings: inout [String]) -> String? {
         guard let text = self.raw(name) else { return nil }
-        guard text.utf8.count >= minimumLength else {
-            throw ConfigurationError(variable: name, "must be at least \(minimumLength) characters")
+        if text.utf8.count < recommendedLength {
+            warnings.append("\(name) is shorter than \(recommendedLength) characters, so it is easy to guess; use a long random value")
         }
         return text
     }

@@ -20,8 +20,8 @@ public struct RetryPolicy: Sendable, Equatable {
     /// The cap of the delay after attempt number `attempt` (1-based): `min(max, base·2^attempt)`.
     public func ceiling(afterAttempt attempt: Int) -> Int {
         let exponent = max(attempt, 0)
-        // From 2^63 on the factor no longer fits an Int, and base (≥ 1) times it exceeds any maximum.
-        guard exponent < Int.bitWidth - 1 else { return self.maxDelayMilliseconds }
+        // From 2^63 on the factor no longer fits an Int, and a base ≥ 1 times it exceeds any maximum.
+        guard exponent < Int.bitWidth - 1 else { return self.baseMilliseconds == 0 ? 0 : self.maxDelayMilliseconds }
         let (product, overflow) = self.baseMilliseconds.multipliedReportingOverflow(by: 1 << exponent)
         return overflow ? self.maxDelayMilliseconds : min(self.maxDelayMilliseconds, product)
     }

@@ -7,7 +7,7 @@ public struct RateLimiter: Sendable {
     private let prefix: String
     /// `TOLLGATE_RATE_LIMIT_PER_S`; 0 turns the limit off.
     public let perSecond: Int
-    /// `TOLLGATE_RATE_LIMIT_BURST`.
+    /// `TOLLGATE_RATE_LIMIT_BURST`; 0 turns the limit off too.
     public let burst: Int
 
     /// Creates a limiter for a deployment's key prefix.
@@ -15,11 +15,11 @@ public struct RateLimiter: Sendable {
         self.redis = redis
         self.prefix = prefix
         self.perSecond = perSecond
-        self.burst = max(burst, 1)
+        self.burst = burst
     }
 
     /// Whether the limit is on.
-    public var isEnabled: Bool { self.perSecond > 0 }
+    public var isEnabled: Bool { self.perSecond > 0 && self.burst > 0 }
 
     /// Takes one token for `publisherId`: `nil` when allowed, else the seconds to wait (for `Retry-After`).
     public func take(publisherId: UUID) async throws -> Int? {

@@ -46,10 +46,10 @@ struct RateLimitTests {
         }
     }
 
-    @Test("0 turns the limit off")
-    func off() async throws {
+    @Test("0 for either the rate or the burst turns the limit off", arguments: [("0", "1"), ("1", "0")])
+    func off(perSecond: String, burst: String) async throws {
         var options = APIHarness.Options()
-        options.extra = ["TOLLGATE_RATE_LIMIT_PER_S": "0", "TOLLGATE_RATE_LIMIT_BURST": "1"]
+        options.extra = ["TOLLGATE_RATE_LIMIT_PER_S": perSecond, "TOLLGATE_RATE_LIMIT_BURST": burst]
         try await APIHarness.withAPI(options) { api in
             let tenant = try await api.provisionTenant()
             for _ in 0..<20 {

@@ -15,7 +15,7 @@ import TestSupport
 ///
 /// A missing service is a failure (``TestEnvironment`` throws), never a skip.
 enum APIHarness {
-    /// The admin token fixtures configure (CONTRACT.md: at least 16 characters).
+    /// The admin token fixtures configure (long enough to start without a warning).
     static let adminToken = "test-admin-token-0123456789abcdef"
 
     /// What a test may change about the configuration.
