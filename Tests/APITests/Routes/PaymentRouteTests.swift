@@ -179,7 +179,7 @@ struct PaymentRouteTests {
         Refusal(name: "unknown offer", body: Self.valid { $0["offerId"] = "NO_SUCH_OFFER" }, status: .unprocessableContent, code: "unknown_offer", field: "offerId"),
         Refusal(name: "receiptData not base64", body: Self.receipt { $0["receiptData"] = "this is not base64!" }, status: .unprocessableContent, code: "invalid_receipt_data", field: "receipt.receiptData"),
         Refusal(name: "receiptData with whitespace", body: Self.receipt { $0["receiptData"] = "QUJD\nQUJD" }, status: .unprocessableContent, code: "invalid_receipt_data", field: "receipt.receiptData"),
-        Refusal(name: "transactionId not digits", body: Self.receipt { $0["transactionId"] = "tx-1" }, status: .unprocessableContent, code: "invalid_transaction_id", field: "receipt.transactionId"),
+        Refusal(name: "transactionId with a space", body: Self.receipt { $0["transactionId"] = "tx 1" }, status: .unprocessableContent, code: "invalid_transaction_id", field: "receipt.transactionId"),
         Refusal(name: "appType android", body: Self.valid { $0["appType"] = "android" }, status: .unprocessableContent, code: "invalid_app_type", field: "appType"),
         Refusal(name: "bad email", body: Self.valid { $0["customerEmail"] = "viewer.example.com" }, status: .unprocessableContent, code: "invalid_email", field: "customerEmail"),
         Refusal(name: "bad ipAddress", body: Self.valid { $0["ipAddress"] = "300.1.2.3" }, status: .unprocessableContent, code: "invalid_ip_address", field: "ipAddress"),

@@ -69,7 +69,7 @@ struct PaymentSubmissionTests {
         Refusal("offerId with a space", #"{"customerEmail":"v@example.com","offerId":"o o","receipt":{"receiptData":"\#(rd)"}}"#, .unprocessableContent, "invalid_offer_id", "offerId"),
         Refusal("receiptData not base64", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"not base64!"}}"#, .unprocessableContent, "invalid_receipt_data", "receipt.receiptData"),
         Refusal("receiptData without padding", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"QUI"}}"#, .unprocessableContent, "invalid_receipt_data", "receipt.receiptData"),
-        Refusal("transactionId not digits", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)","transactionId":"abc"}}"#, .unprocessableContent, "invalid_transaction_id", "receipt.transactionId"),
+        Refusal("transactionId with a space", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)","transactionId":"a b"}}"#, .unprocessableContent, "invalid_transaction_id", "receipt.transactionId"),
         Refusal("appType android", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"appType":"android"}"#, .unprocessableContent, "invalid_app_type", "appType"),
         Refusal("appType empty", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"appType":""}"#, .unprocessableContent, "invalid_app_type", "appType"),
         Refusal("bad ipAddress", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"ipAddress":"999.1.1.1"}"#, .unprocessableContent, "invalid_ip_address", "ipAddress"),
