@@ -35,21 +35,22 @@ struct PaymentController {
             // Before answering: this process' next poll for the customer must already say `pending`.
             self.services.accessCache.invalidate(self.services.queue.keys.pending(for: job))
             context.logger.info("receipt accepted", metadata: ["job": "\(jobId)", "offer": "\(job.offerId)"])
-            return JSONBody.response(.ok, Self.accepted(jobId: jobId, status: .queued))
+            return JSONBody.response(.ok, Self.accepted(jobId: jobId))
         case .duplicate(let jobId, let status):
-            context.logger.info("receipt resubmitted", metadata: ["job": "\(jobId)"])
-            return JSONBody.response(.ok, Self.accepted(jobId: jobId, status: status))
+            // CONTRACT.md's answer is `queued` whatever the job's status by now (`GET /v1/receipts/{jobId}` tells).
+            context.logger.info("receipt resubmitted", metadata: ["job": "\(jobId)", "status": "\(status.rawValue)"])
+            return JSONBody.response(.ok, Self.accepted(jobId: jobId))
         case .alreadyClaimed:
             throw APIError(.conflict, code: "already_claimed", "this transaction is already claimed by another customer", field: "receipt.transactionId")
         }
     }
 
-    /// `{"jobId":…,"message":"OK","status":…}`.
-    static func accepted(jobId: String, status: JobStatus) -> JSONObjectWriter {
+    /// `{"jobId":…,"message":"OK","status":"queued"}`.
+    static func accepted(jobId: String) -> JSONObjectWriter {
         var object = JSONObjectWriter()
         object.add("jobId", jobId)
         object.add("message", "OK")
-        object.add("status", status.rawValue)
+        object.add("status", JobStatus.queued.rawValue)
         return object
     }
 }

@@ -44,6 +44,9 @@ struct PaymentRouteTests {
             let second = try await api.submit(tenant, body)
             #expect(first == second)
             #expect(try await api.streamLength() == 1)
+            // A worker got further meanwhile: the answer is still the contract's (`submit` requires
+            // status `queued`); the job's own status is read at GET /v1/receipts/{jobId}.
+            try await api.inspector.send("HSET", "\(api.prefix):{q}:job:\(first)", "status", "granted")
             let third = try await api.submit(tenant, body)
             #expect(third == first)
             #expect(try await api.streamLength() == 1)
