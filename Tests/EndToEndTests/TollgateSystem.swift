@@ -36,7 +36,7 @@ final class TollgateSystem: @unchecked Sendable {
         self.prefix = TestEnvironment.uniquePrefix()
         self.database = PostgresClient(url: self.databaseURL, connections: 2)
         self.emulator = try ManagedProcess(
-            executable: "appstore-emulator", arguments: ["--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
+            executable: "appstore-emulator", arguments: ["--host", "127.0.0.1", "--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
         )
         self.emulatorPort = try await self.emulator.port()
         self.emulatorBase = "http://127.0.0.1:\(self.emulatorPort)"
@@ -45,6 +45,7 @@ final class TollgateSystem: @unchecked Sendable {
             "TOLLGATE_REDIS_URL": try redisURL ?? TestEnvironment.redisURL(),
             "TOLLGATE_QUEUE_PREFIX": self.prefix,
             "TOLLGATE_ADMIN_TOKEN": self.adminToken,
+            "TOLLGATE_HTTP_HOST": "127.0.0.1",
             "TOLLGATE_HTTP_PORT": "0",
             "TOLLGATE_METRICS_PORT": "0",
             "TOLLGATE_APPLE_PRODUCTION_URL": "\(self.emulatorBase)/verifyReceipt",

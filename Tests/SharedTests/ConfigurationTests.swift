@@ -106,6 +106,8 @@ struct ConfigurationTests {
             ("TOLLGATE_QUEUE_PREFIX", "has space"),
             ("TOLLGATE_DATABASE_POOL_SIZE", "0"),
             ("TOLLGATE_DATABASE_POOL_SIZE", "sixteen"),
+            ("TOLLGATE_ADMIN_TOKEN", "CHANGE-ME"),
+            ("TOLLGATE_TOKEN_SECRET", "changeme"),
         ]
     )
     func badValue(variable: String, value: String) {

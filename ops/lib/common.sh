@@ -92,6 +92,14 @@ tg_install_deps() {
 # ------------------------------------------------------------------- ports
 
 # A free TCP port on 127.0.0.1, chosen by the kernel.
+# tg_write_headers FILE HEADER...: HTTP headers, one per line, readable by the owner only, for
+# `curl -H @FILE`: credentials stay off command lines (`ps` shows those to every user).
+tg_write_headers() {
+  local file="$1"
+  shift
+  (umask 077 && printf '%s\n' "$@" >"$file")
+}
+
 tg_free_port() {
   python3 - <<'PY'
 import socket

@@ -98,7 +98,7 @@ public struct Configuration: Sendable {
         self.redis = try RedisConfiguration(url: reader.string("TOLLGATE_REDIS_URL", default: "redis://127.0.0.1:6379/0"))
         self.httpHost = try reader.string("TOLLGATE_HTTP_HOST", default: "127.0.0.1")
         self.httpPort = try reader.int("TOLLGATE_HTTP_PORT", default: 8080, range: 0...65535)
-        self.adminToken = reader.optionalSecret("TOLLGATE_ADMIN_TOKEN", recommendedLength: 16, warnings: &self.warnings)
+        self.adminToken = try reader.optionalSecret("TOLLGATE_ADMIN_TOKEN", recommendedLength: 16, warnings: &self.warnings)
         self.appleProductionURL = try reader.url("TOLLGATE_APPLE_PRODUCTION_URL", default: "https://buy.itunes.apple.com/verifyReceipt")
         self.appleSandboxURL = try reader.url("TOLLGATE_APPLE_SANDBOX_URL", default: "https://sandbox.itunes.apple.com/verifyReceipt")
         self.appleTimeoutMilliseconds = try reader.int("TOLLGATE_APPLE_TIMEOUT_MS", default: 15_000, range: 1...600_000)
@@ -119,7 +119,7 @@ public struct Configuration: Sendable {
         self.retry = RetryPolicy(baseMilliseconds: base, maxDelayMilliseconds: maxDelay, maxAttempts: attempts, maxAgeSeconds: age)
         self.claimMinIdleMilliseconds = try reader.int("TOLLGATE_CLAIM_MIN_IDLE_MS", default: 60_000, range: 1...86_400_000)
         self.shutdownGraceSeconds = try reader.int("TOLLGATE_SHUTDOWN_GRACE_S", default: 25, range: 0...3600)
-        self.tokenSecret = reader.optionalSecret("TOLLGATE_TOKEN_SECRET", recommendedLength: 32, warnings: &self.warnings)
+        self.tokenSecret = try reader.optionalSecret("TOLLGATE_TOKEN_SECRET", recommendedLength: 32, warnings: &self.warnings)
         self.customerTokenLifetimeSeconds = try reader.int("TOLLGATE_CUSTOMER_TOKEN_TTL_S", default: 900, range: 60...86_400)
         self.accessCacheLifetimeSeconds = try reader.int("TOLLGATE_ACCESS_CACHE_TTL_S", default: 30, range: 0...3600)
         self.rateLimitPerSecond = try reader.int("TOLLGATE_RATE_LIMIT_PER_S", default: 1000, range: 0...10_000_000)
@@ -186,9 +186,13 @@ struct EnvironmentReader {
     }
 
     /// A secret: any value is accepted (CONTRACT.md sets no length), one shorter than `recommendedLength`
-    /// with a warning that names the variable, never the value.
-    func optionalSecret(_ name: String, recommendedLength: Int, warnings: inout [String]) -> String? {
+    /// with a warning that names the variable, never the value; but the deployment examples' `CHANGE-ME`
+    /// placeholder is refused, so an example copied as it is cannot run with a token anyone can read.
+    func optionalSecret(_ name: String, recommendedLength: Int, warnings: inout [String]) throws -> String? {
         guard let text = self.raw(name) else { return nil }
+        if ["change-me", "changeme"].contains(text.lowercased()) {
+            throw ConfigurationError(variable: name, "is still the example's placeholder; set a long random value")
+        }
         if text.utf8.count < recommendedLength {
             warnings.append("\(name) is shorter than \(recommendedLength) characters, so it is easy to guess; use a long random value")
         }
