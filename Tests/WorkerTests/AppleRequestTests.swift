@@ -32,10 +32,7 @@ struct AppleRequestTests {
         try await WorkerHarness.with { harness in
             try await harness.app(Self.bundle)
             try await harness.product(Self.bundle, productId: "lifetime", offerId: "LIFETIME", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "lifetime", transactionId: transaction)])
-            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "LIFETIME", transactionId: transaction, receipt: receipt))
-            #expect(record.status == .granted)
+            #expect(try await harness.purchase(Self.bundle, productId: "lifetime", offerId: "LIFETIME").status == .granted)
             #expect(try await harness.emulatorRequestCounts() == .init(withPassword: 0, excludeOldTransactions: 0))
         }
     }

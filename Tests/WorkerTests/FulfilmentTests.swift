@@ -46,21 +46,14 @@ struct FulfilmentTests {
         try await WorkerHarness.with { harness in
             try await harness.app(Self.bundle)
             try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let first = ScenarioReceipt.transactionId()
-            let warm = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: first)])
-            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: first, receipt: warm)).status == .granted)
+            #expect(try await harness.purchase(Self.bundle, productId: "premium", offerId: "PREMIUM").status == .granted)
 
             // Within the cache's lifetime: a new product of the same app, then a new app with its product.
             try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
-            let second = ScenarioReceipt.transactionId()
-            let extra = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "extra", transactionId: second)])
-            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "EXTRA", transactionId: second, receipt: extra)).status == .granted)
+            #expect(try await harness.purchase(Self.bundle, productId: "extra", offerId: "EXTRA").status == .granted)
             try await harness.app("com.example.tvos")
             try await harness.product("com.example.tvos", productId: "tv.premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let third = ScenarioReceipt.transactionId()
-            let tv = ScenarioReceipt.make(bundleId: "com.example.tvos", purchases: [.init(productId: "tv.premium", transactionId: third)])
-            let record = try await harness.workUntilFinal(try await harness.submit(email: "tv@example.com", offerId: "PREMIUM", transactionId: third, receipt: tv))
-            #expect(record.status == .granted)
+            #expect(try await harness.purchase("com.example.tvos", productId: "tv.premium", offerId: "PREMIUM", email: "tv@example.com").status == .granted)
         }
     }
 

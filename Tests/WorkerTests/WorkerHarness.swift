@@ -127,6 +127,13 @@ final class WorkerHarness: @unchecked Sendable {
         return id
     }
 
+    /// Submits a receipt of one new purchase of `productId` (its transaction id given) and works it to its final record.
+    func purchase(_ bundleId: String, productId: String, offerId: String, email: String = "buyer@example.com") async throws -> JobRecord {
+        let transaction = ScenarioReceipt.transactionId()
+        let receipt = ScenarioReceipt.make(bundleId: bundleId, purchases: [.init(productId: productId, transactionId: transaction)])
+        return try await self.workUntilFinal(try await self.submit(email: email, offerId: offerId, transactionId: transaction, receipt: receipt))
+    }
+
     /// Reads what the stream offers and processes it, as the consumer does; returns how many it processed.
     @discardableResult
     func work() async throws -> Int {
