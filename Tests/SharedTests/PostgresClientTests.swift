@@ -252,6 +252,30 @@ struct PostgresClientTests {
         }
     }
 
+    @Test("a session still leased when its client shuts down refuses work with .closed, off Swift's pool")
+    func shutDownUnderALease() async throws {
+        let client = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1)
+        try await client.withConnection { session in
+            try await session.query("SELECT 1")
+            await client.shutdown()
+            let error = await #expect(throws: PostgresError.self) { try await session.query("SELECT 1") }
+            #expect(error?.code == .closed)
+        }
+    }
+
+    @Test("a URL libpq cannot read never shows its credentials in the error", arguments: [
+        "postgres://tollgate:Hunter%zz2@127.0.0.1:1/tollgate", "postgres://tollgate:Hunter 2@127.0.0.1:1/tollgate",
+        "postgres://tollgate:Hunter2@127.0.0.1:1/tollgate?sslmode=nonsense",
+    ])
+    func credentialsRedacted(url: String) async throws {
+        let client = PostgresClient(url: url, connections: 1)
+        let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT 1") }
+        let text = error.map { "\($0)" } ?? ""
+        #expect(!text.isEmpty)
+        #expect(!text.contains("Hunter"))
+        await client.shutdown()
+    }
+
     @Test("a closed client refuses new work with .closed")
     func closedClient() async throws {
         let url = try await TestEnvironment.freshDatabase()

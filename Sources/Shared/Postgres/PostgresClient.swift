@@ -125,15 +125,7 @@ public struct PostgresSession: Sendable {
     @discardableResult
     public func query(_ sql: String, _ parameters: [any PostgresEncodable] = []) async throws -> PostgresResult {
         let texts = parameters.map(\.postgresText)
-        let slot = self.slot
-        let url = self.url
-        return try await withCheckedThrowingContinuation { continuation in
-            self.threadPool.submit { _ in
-                continuation.resume(with: Result {
-                    try Self.withConnection(slot: slot, url: url) { try $0.execute(sql, texts) }
-                })
-            }
-        }
+        return try await self.run { try $0.execute(sql, texts) }
     }
 
     /// Runs several statements in one round trip and returns their results in order; the first error is
@@ -142,26 +134,26 @@ public struct PostgresSession: Sendable {
     @discardableResult
     public func pipeline(_ statements: [(String, [any PostgresEncodable])]) async throws -> [PostgresResult] {
         let texts = statements.map { (sql: $0.0, parameters: $0.1.map(\.postgresText)) }
-        let slot = self.slot
-        let url = self.url
-        return try await withCheckedThrowingContinuation { continuation in
-            self.threadPool.submit { _ in
-                continuation.resume(with: Result {
-                    try Self.withConnection(slot: slot, url: url) { try $0.executePipeline(texts) }
-                })
-            }
-        }
+        return try await self.run { try $0.executePipeline(texts) }
     }
 
     /// Runs parameterless SQL text that may hold several statements (migrations).
     public func runScript(_ sql: String) async throws {
+        try await self.run { try $0.executeScript(sql) }
+    }
+
+    /// Runs `body` on a thread of the client's pool. A pool already stopped would run it on the calling
+    /// thread, one of Swift's cooperative pool, which blocking libpq calls must never hold: it is refused.
+    private func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
         let slot = self.slot
         let url = self.url
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            self.threadPool.submit { _ in
-                continuation.resume(with: Result {
-                    try Self.withConnection(slot: slot, url: url) { try $0.executeScript(sql) }
-                })
+        return try await withCheckedThrowingContinuation { continuation in
+            self.threadPool.submit { state in
+                guard case .active = state else {
+                    continuation.resume(throwing: PostgresError(.closed, "the PostgreSQL client is shut down"))
+                    return
+                }
+                continuation.resume(with: Result { try Self.withConnection(slot: slot, url: url, body) })
             }
         }
     }
