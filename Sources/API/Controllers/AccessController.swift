@@ -97,10 +97,13 @@ struct AccessController {
         let key = self.services.queue.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
         let cached = self.services.accessCache.lookup(key)
         if case .hit(let answer)? = cached { return AccessView(offerId: offerId, answer: answer) }
-        async let pending = self.services.queue.hasPendingJob(pendingKey: key)
+        // Redis first, then PostgreSQL: a worker commits a grant before it takes the job off the pending
+        // set, so "not pending" read first means any grant is already visible to the read that follows.
+        // Read together, a poll could see neither and answer a final-looking "no access, not pending".
+        let pending = try await self.services.queue.hasPendingJob(pendingKey: key)
         let access = try await self.services.access.access(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
         let answer = AccessCache.Answer(
-            granted: access.granted, expiresAt: access.expiresAt.map { Int($0.timeIntervalSince1970) }, pending: try await pending
+            granted: access.granted, expiresAt: access.expiresAt.map { Int($0.timeIntervalSince1970) }, pending: pending
         )
         if case .miss(let ticket)? = cached { self.services.accessCache.store(answer, for: key, ticket: ticket) }
         return AccessView(offerId: offerId, answer: answer)
