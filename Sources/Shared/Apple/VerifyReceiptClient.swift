@@ -28,13 +28,20 @@ public struct VerifyReceiptClient: Sendable {
     }
 
     /// The HTTP client the worker calls Apple with: a connection pool sized for
-    /// `TOLLGATE_WORKER_CONCURRENCY` calls in flight, a connect timeout, and async-http-client's default
-    /// TLS configuration, which verifies certificates against the system's trust roots. Nothing in the
-    /// configuration can turn verification off.
+    /// `TOLLGATE_WORKER_CONCURRENCY` calls in flight, connect and read timeouts, and async-http-client's
+    /// default TLS configuration, which verifies certificates against the system's trust roots. Nothing in
+    /// the configuration can turn verification off.
+    ///
+    /// A call's deadline ends when the answer's head arrives; the read timeout (no byte for
+    /// `TOLLGATE_APPLE_TIMEOUT_MS`) is what stops a body that stalls after it, which would otherwise hold
+    /// the job's slot for good.
     public static func makeHTTPClient(configuration: Configuration) -> HTTPClient {
         var http = HTTPClient.Configuration()
         http.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.workerConcurrency)
-        http.timeout = .init(connect: .milliseconds(Int64(min(configuration.appleTimeoutMilliseconds, 10_000))))
+        http.timeout = .init(
+            connect: .milliseconds(Int64(min(configuration.appleTimeoutMilliseconds, 10_000))),
+            read: .milliseconds(Int64(configuration.appleTimeoutMilliseconds))
+        )
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
     }
 

@@ -1,0 +1,61 @@
+import AsyncHTTPClient
+import Hummingbird
+import Logging
+import NIOCore
+import ServiceLifecycle
+import Shared
+import Testing
+
+/// A verifyReceipt answer that sends its head and then stalls must not hold the call: async-http-client's
+/// deadline ends when the head arrives, so the worker's client (as `makeHTTPClient` configures it) stops
+/// the body with its read timeout, and the call is a transport failure to retry.
+@Suite("Apple answers that stall")
+struct AppleTimeoutTests {
+    @Test("an answer whose body stalls after its head ends the call at the timeout, as a retry")
+    func stalledBody() async throws {
+        let router = Router()
+        router.post("verifyReceipt") { _, _ in
+            Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody { writer in
+                try await writer.write(ByteBuffer(string: "{\"status\":"))
+                try await Task.sleep(for: .seconds(10))
+                try await writer.finish(nil)
+            })
+        }
+        let (ports, bound) = AsyncStream<Int>.makeStream()
+        var logger = Logger(label: "test.stalling-apple")
+        logger.logLevel = .critical
+        let app = Application(
+            router: router, configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in
+                bound.yield(channel.localAddress?.port ?? 0)
+                bound.finish()
+            },
+            logger: logger
+        )
+        let group = ServiceGroup(services: [app], logger: logger)
+        let server = Task { try await group.run() }
+        var port = 0
+        for await value in ports { port = value }
+        try #require(port > 0, "the stalling server did not start")
+
+        let configuration = try Configuration(environment: ["TOLLGATE_APPLE_TIMEOUT_MS": "500"])
+        let http = VerifyReceiptClient.makeHTTPClient(configuration: configuration)
+        let client = VerifyReceiptClient(
+            http: http, productionURL: "http://127.0.0.1:\(port)/verifyReceipt", sandboxURL: "http://127.0.0.1:\(port)/sandbox/verifyReceipt",
+            timeoutMilliseconds: configuration.appleTimeoutMilliseconds
+        )
+        let started = ContinuousClock.now
+        let verdict = await client.verify(receiptData: "QQ==", password: nil, excludeOldTransactions: false, environment: .production)
+        let waited = ContinuousClock.now - started
+        guard case .retry(let detail, nil, .failed(.appleUnavailable)) = verdict else {
+            Issue.record("a stalled answer gave \(verdict), not a transport failure to retry")
+            return
+        }
+        #expect(detail.hasPrefix("Production: "))
+        // Well before the server would have finished its answer (10 s).
+        #expect(waited < .seconds(8), "the call waited \(waited)")
+        try await http.shutdown()
+        await group.triggerGracefulShutdown()
+        _ = try? await server.value
+    }
+}
