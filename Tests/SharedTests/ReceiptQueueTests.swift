@@ -397,6 +397,20 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("dead letters older than the retention leave the dead-letter stream when the next one is added")
+    func deadLettersTrimmed() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            // Two entries a retention old and older (their jobs' statuses have expired), one just inside it.
+            for (id, job) in [("\(now - Self.retention * 1000 - 60_000)-0", "gone-1"), ("\(now - Self.retention * 1000 - 1000)-0", "gone-2"), ("\(now - Self.retention * 1000 + 60_000)-0", "kept")] {
+                try await harness.redis.send("XADD", harness.keys.dead, id, "job", job, "reason", "internal", "detail", "", "at", "0")
+            }
+            let job = Fixtures.job()
+            try await harness.queue.deadLetter(try await harness.enqueueAndStart(job), job: job, reason: .internal, detail: "", now: now, retentionSeconds: Self.retention)
+            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == ["kept", job.jobId])
+        }
+    }
+
     @Test("a job started more often than attempts allow, without finishing, is poison")
     func poison() async throws {
         try await Self.withQueue { harness in

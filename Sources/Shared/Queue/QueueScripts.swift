@@ -135,14 +135,16 @@ enum QueueScripts {
         """)
 
     /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged, its claim
-    /// given up as in `finish`; a job already final is only acknowledged.
+    /// given up as in `finish`; a job already final is only acknowledged. Entries older than the retention
+    /// leave the dead-letter stream (their jobs' statuses have expired, so they could not be requeued).
     ///
     /// KEYS: job, stream, dead, pending, inflight, and claim when the job has a transaction id. ARGV: entry id,
     /// group, jobId, reason, detail, now, retention (s), access channel, customer.
     static let deadLetter = RedisScript(name: "dead-letter", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
-          local entry = redis.call('XADD', KEYS[3], '*', 'job', ARGV[3], 'reason', ARGV[4], 'detail', ARGV[5], 'at', ARGV[6])
+          local oldest = tostring(math.max(0, tonumber(ARGV[6]) - tonumber(ARGV[7]) * 1000))
+          local entry = redis.call('XADD', KEYS[3], 'MINID', oldest, '*', 'job', ARGV[3], 'reason', ARGV[4], 'detail', ARGV[5], 'at', ARGV[6])
           redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
           redis.call('HDEL', KEYS[1], 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[7])
