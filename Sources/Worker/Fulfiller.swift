@@ -24,12 +24,27 @@ struct Fulfiller: Sendable {
         }
     }
 
-    /// Every rejection the catalog decides is final, so one decided on the cached catalog is decided
-    /// again on a fresh one: an app or product created seconds ago must not be mistaken for none.
     private func run(_ job: ReceiptJob, logger: Logger) async throws -> FulfilmentOutcome {
-        let outcome = try await self.run(job, freshCatalog: false, logger: logger)
-        if case .rejected(let reason, _, _) = outcome, reason == .offerMismatch || reason == .bundleMismatch {
-            return try await self.run(job, freshCatalog: true, logger: logger)
+        var catalog = try await self.catalog(job.publisherId, fresh: false)
+        var fresh = false
+        if !catalog.products.contains(where: { $0.offerId == job.offerId }) || catalog.apps.isEmpty {
+            catalog = try await self.catalog(job.publisherId, fresh: true)
+            fresh = true
+        }
+        let offerProducts = catalog.products.filter { $0.offerId == job.offerId }
+        guard !offerProducts.isEmpty, !catalog.apps.isEmpty else { return .rejected(.offerMismatch, environment: nil) }
+
+        let verified: Verified
+        switch await self.verify(job, offerProducts: offerProducts, apps: catalog.apps) {
+        case .answer(let answer, let environment, let expired): verified = Verified(answer: answer, environment: environment, expired: expired)
+        case .outcome(let outcome): return outcome
+        }
+        let outcome = try await self.decide(job, verified, catalog: catalog, logger: logger)
+        // Every rejection the catalog decides is final, so one decided on the cached catalog is decided
+        // again, on the same answer, with a fresh one: an app or product created seconds ago must not be
+        // mistaken for none.
+        if !fresh, case .rejected(let reason, _, _) = outcome, reason == .offerMismatch || reason == .bundleMismatch {
+            return try await self.decide(job, verified, catalog: try await self.catalog(job.publisherId, fresh: true), logger: logger)
         }
         return outcome
     }
@@ -51,16 +66,19 @@ struct Fulfiller: Sendable {
         return (products, apps)
     }
 
-    private func run(_ job: ReceiptJob, freshCatalog: Bool, logger: Logger) async throws -> FulfilmentOutcome {
-        let (products, apps) = try await self.catalog(job.publisherId, fresh: freshCatalog)
-        let offerProducts = products.filter { $0.offerId == job.offerId }
-        guard !offerProducts.isEmpty, !apps.isEmpty else { return .rejected(.offerMismatch, environment: nil) }
+    /// Apple's answer, read.
+    private struct Verified {
+        let answer: AppleAnswer
+        let environment: String
+        let expired: Bool
+    }
 
-        let verified: (answer: AppleAnswer, environment: String, expired: Bool)
-        switch await self.verify(job, offerProducts: offerProducts, apps: apps) {
-        case .answer(let answer, let environment, let expired): verified = (answer, environment, expired)
-        case .outcome(let outcome): return outcome
-        }
+    /// What Apple's answer means for the job, against the publisher's catalog: a rejection, or the grant.
+    private func decide(
+        _ job: ReceiptJob, _ verified: Verified, catalog: (products: [Product], apps: [App]), logger: Logger
+    ) async throws -> FulfilmentOutcome {
+        let (products, apps) = catalog
+        let offerProducts = products.filter { $0.offerId == job.offerId }
         let environment = verified.environment
         guard let receipt = verified.answer.receipt else {
             return verified.expired
