@@ -86,10 +86,11 @@ struct JobProcessor: Sendable {
             case .failed(let reason, let detail):
                 try await self.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, logger: logger)
             case .retry(let reason, let detail, let limit, let exhausted):
-                let withinLimit = limit.map { attempt < $0 } ?? true
-                if withinLimit, self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt) {
-                    let due = now + self.retry.delay(afterAttempt: attempt)
-                    try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now)
+                // A verdict's own limit counts the attempts that ended with that same answer (21002 three
+                // times), not every attempt: timeouts before it must not use it up.
+                let due = now + self.retry.delay(afterAttempt: attempt)
+                if self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt),
+                    try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0) }) {
                     WorkerMetrics.job(status: .retrying, reason: reason)
                     logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(due - now)"])
                 } else {

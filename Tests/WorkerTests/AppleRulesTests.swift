@@ -87,6 +87,24 @@ struct AppleRulesTests {
         }
     }
 
+    @Test("21002's three tries count only 21002 answers: timeouts before them (an Apple incident) do not use them up")
+    func limitCountsItsOwnAnswers() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 10)) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)],
+                extra: ["status": 21002, "fail": ["count": 3, "mode": "http503"]]
+            )
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            #expect(record.status == .rejected)
+            #expect(record.reason == "invalid_receipt")
+            #expect(record.attempts == 6, "three 503s, then three 21002s")
+            try await harness.expectNothingGranted()
+        }
+    }
+
     @Test("21006: a valid receipt with an expired subscription is rejected expired, reporting the subscription's greatest expiry")
     func expiredSubscription() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in

@@ -12,7 +12,8 @@ public enum AppleVerdict: Sendable, Equatable {
     case expired(AppleAnswer)
     /// Final failure that an operator must look at (dead-lettered at once).
     case fail(JobReason, detail: String)
-    /// Try again later, at most `attemptLimit` attempts in all (the policy's limit when `nil`); once
+    /// Try again later: at most `attemptLimit` attempts that end with this same answer (attempts that
+    /// ended otherwise, a timeout say, do not count), and within the policy's limit on all attempts; once
     /// exhausted the job ends as `exhausted`.
     case retry(detail: String, attemptLimit: Int?, exhausted: Exhaustion)
 

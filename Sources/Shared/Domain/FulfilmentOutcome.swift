@@ -6,7 +6,8 @@ public enum FulfilmentOutcome: Sendable, Equatable {
     case rejected(JobReason, environment: String?, expiresAt: Int? = nil)
     /// Dead-letter at once (an operator must act).
     case failed(JobReason, detail: String)
-    /// Try again later, within `attemptLimit` (the policy's when `nil`); `exhausted` is the end once out of attempts.
+    /// Try again later, within `attemptLimit` attempts that end with the same `detail` and the policy's limit
+    /// on all attempts; `exhausted` is the end once out of attempts.
     case retry(JobReason, detail: String, attemptLimit: Int?, exhausted: AppleVerdict.Exhaustion)
 
     /// Whether Apple's answer and the ledger decided the job (granted or rejected), rather than the

@@ -103,12 +103,16 @@ enum QueueScripts {
         """)
 
     /// Park a job in the delayed-retry set and acknowledge its entry, in one step; a job already final
-    /// (a late copy of it) is only acknowledged.
+    /// (a late copy of it) is only acknowledged. With a counter and a limit, the attempts that ended this
+    /// way are counted in the job's hash, and the one that reaches the limit parks nothing and returns 0:
+    /// the caller ends the job.
     ///
-    /// KEYS: job, stream, retry, inflight. ARGV: entry id, group, jobId, due (ms), reason, now.
+    /// KEYS: job, stream, retry, inflight. ARGV: entry id, group, jobId, due (ms), reason, now, and
+    /// optionally counter field and limit. Returns 1 (parked, or only acknowledged) | 0 (limit reached).
     static let retry = RedisScript(name: "retry", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
         if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
+          if ARGV[7] and redis.call('HINCRBY', KEYS[1], ARGV[7], 1) >= tonumber(ARGV[8]) then return 0 end
           redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', ARGV[4], 'updatedAt', ARGV[6])
           redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
         end

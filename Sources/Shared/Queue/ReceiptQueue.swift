@@ -191,13 +191,19 @@ public struct ReceiptQueue: Sendable {
         _ = try await (ack, del)
     }
 
-    /// Parks the job until `dueAt` (Unix ms) and acknowledges the entry, atomically.
-    public func retry(_ delivery: QueueDelivery, jobId: String, dueAt: Int, reason: JobReason, now: Int) async throws {
-        try await self.redis.run(
-            QueueScripts.retry,
-            keys: [self.keys.job(jobId), self.keys.stream, self.keys.retry, self.keys.inflight],
-            arguments: [delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now)]
+    /// Parks the job until `dueAt` (Unix ms) and acknowledges the entry, atomically. With a `limit`, the
+    /// attempts that ended as `limit.key` says are counted, and the one that reaches `limit.attempts` parks
+    /// nothing: `false`, and the caller ends the job.
+    @discardableResult
+    public func retry(
+        _ delivery: QueueDelivery, jobId: String, dueAt: Int, reason: JobReason, now: Int, limit: (key: String, attempts: Int)? = nil
+    ) async throws -> Bool {
+        var arguments = [delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now)]
+        if let limit { arguments += ["tries:\(limit.key)", String(limit.attempts)] }
+        let reply = try await self.redis.run(
+            QueueScripts.retry, keys: [self.keys.job(jobId), self.keys.stream, self.keys.retry, self.keys.inflight], arguments: arguments
         )
+        return reply.int != 0
     }
 
     /// Moves up to `limit` due retries back to the stream; returns how many moved.
