@@ -92,12 +92,9 @@ struct AppleRulesTests {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 10)) { harness in
             try await harness.app(Self.bundle)
             try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)],
-                extra: ["status": 21002, "fail": ["count": 3, "mode": "http503"]]
+            let record = try await harness.purchase(
+                Self.bundle, productId: "premium", offerId: "PREMIUM", extra: ["status": 21002, "fail": ["count": 3, "mode": "http503"]]
             )
-            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
             #expect(record.status == .rejected)
             #expect(record.reason == "invalid_receipt")
             #expect(record.attempts == 6, "three 503s, then three 21002s")

@@ -1,8 +1,6 @@
 import AsyncHTTPClient
 import Hummingbird
-import Logging
 import NIOCore
-import ServiceLifecycle
 import Shared
 import Testing
 
@@ -21,27 +19,11 @@ struct AppleTimeoutTests {
                 try await writer.finish(nil)
             })
         }
-        let (ports, bound) = AsyncStream<Int>.makeStream()
-        var logger = Logger(label: "test.stalling-apple")
-        logger.logLevel = .critical
-        let app = Application(
-            router: router, configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in
-                bound.yield(channel.localAddress?.port ?? 0)
-                bound.finish()
-            },
-            logger: logger
-        )
-        let group = ServiceGroup(services: [app], logger: logger)
-        let server = Task { try await group.run() }
-        var port = 0
-        for await value in ports { port = value }
-        try #require(port > 0, "the stalling server did not start")
-
+        let server = try await LoopbackServer.start(router, label: "test.stalling-apple")
         let configuration = try Configuration(environment: ["TOLLGATE_APPLE_TIMEOUT_MS": "500"])
         let http = VerifyReceiptClient.makeHTTPClient(configuration: configuration)
         let client = VerifyReceiptClient(
-            http: http, productionURL: "http://127.0.0.1:\(port)/verifyReceipt", sandboxURL: "http://127.0.0.1:\(port)/sandbox/verifyReceipt",
+            http: http, productionURL: "\(server.base)/verifyReceipt", sandboxURL: "\(server.base)/sandbox/verifyReceipt",
             timeoutMilliseconds: configuration.appleTimeoutMilliseconds
         )
         let started = ContinuousClock.now
@@ -55,7 +37,6 @@ struct AppleTimeoutTests {
         // Well before the server would have finished its answer (10 s).
         #expect(waited < .seconds(8), "the call waited \(waited)")
         try await http.shutdown()
-        await group.triggerGracefulShutdown()
-        _ = try? await server.value
+        await server.stop()
     }
 }

@@ -1,9 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import Hummingbird
-import Logging
 import NIOCore
-import ServiceLifecycle
 import Synchronization
 
 /// An HTTP proxy in front of the emulator that turns every millisecond value of its answers (`…_ms`,
@@ -54,16 +52,13 @@ final class NumericAnswerProxy: Sendable {
     }
 
     private let state: State
-    private let group: ServiceGroup
-    private let task: Task<Void, any Error>
+    private let server: LoopbackServer
     /// `http://127.0.0.1:PORT`.
-    let base: String
+    var base: String { self.server.base }
 
-    private init(state: State, group: ServiceGroup, task: Task<Void, any Error>, base: String) {
+    private init(state: State, server: LoopbackServer) {
         self.state = state
-        self.group = group
-        self.task = task
-        self.base = base
+        self.server = server
     }
 
     /// Starts the proxy on a free loopback port.
@@ -72,30 +67,12 @@ final class NumericAnswerProxy: Sendable {
         let router = Router()
         router.post("verifyReceipt") { request, _ in try await state.forward(request, path: "verifyReceipt") }
         router.post("sandbox/verifyReceipt") { request, _ in try await state.forward(request, path: "sandbox/verifyReceipt") }
-        let (ports, continuation) = AsyncStream<Int>.makeStream()
-        var logger = Logger(label: "test.numeric-proxy")
-        logger.logLevel = .warning
-        let app = Application(
-            router: router, configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in
-                continuation.yield(channel.localAddress?.port ?? 0)
-                continuation.finish()
-            },
-            logger: logger
-        )
-        let group = ServiceGroup(services: [app], logger: logger)
-        let task = Task {
-            defer { continuation.finish() }
-            try await group.run()
-        }
-        var port = 0
-        for await bound in ports { port = bound }
-        guard port > 0 else {
+        do {
+            return NumericAnswerProxy(state: state, server: try await LoopbackServer.start(router, label: "test.numeric-proxy"))
+        } catch {
             try? await state.http.shutdown()
-            _ = try? await task.value
-            throw ProxyFailure(description: "the proxy did not start")
+            throw error
         }
-        return NumericAnswerProxy(state: state, group: group, task: task, base: "http://127.0.0.1:\(port)")
     }
 
     /// Where answers come from (the harness's emulator).
@@ -107,12 +84,7 @@ final class NumericAnswerProxy: Sendable {
     var rewritten: Int { self.state.rewritten.load(ordering: .relaxed) }
 
     func stop() async {
-        await self.group.triggerGracefulShutdown()
-        _ = try? await self.task.value
+        await self.server.stop()
         try? await self.state.http.shutdown()
-    }
-
-    struct ProxyFailure: Error, CustomStringConvertible {
-        let description: String
     }
 }

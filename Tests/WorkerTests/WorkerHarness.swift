@@ -127,10 +127,13 @@ final class WorkerHarness: @unchecked Sendable {
         return id
     }
 
-    /// Submits a receipt of one new purchase of `productId` (its transaction id given) and works it to its final record.
-    func purchase(_ bundleId: String, productId: String, offerId: String, email: String = "buyer@example.com") async throws -> JobRecord {
+    /// Submits a receipt of one new purchase of `productId` (its transaction id given), with the scenario's
+    /// `extra` fields, and works it to its final record.
+    func purchase(
+        _ bundleId: String, productId: String, offerId: String, email: String = "buyer@example.com", extra: [String: Any] = [:]
+    ) async throws -> JobRecord {
         let transaction = ScenarioReceipt.transactionId()
-        let receipt = ScenarioReceipt.make(bundleId: bundleId, purchases: [.init(productId: productId, transactionId: transaction)])
+        let receipt = ScenarioReceipt.make(bundleId: bundleId, purchases: [.init(productId: productId, transactionId: transaction)], extra: extra)
         return try await self.workUntilFinal(try await self.submit(email: email, offerId: offerId, transactionId: transaction, receipt: receipt))
     }
 
