@@ -442,7 +442,10 @@ struct ReceiptQueueTests {
         try await Self.withQueue { harness in
             let job = Fixtures.job()
             let delivery = try await harness.enqueueAndStart(job)
+            // An answer with its own limit was counted before the job failed.
+            #expect(try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: 0, reason: .appleUnavailable, now: 0, limit: ("apple status 21999", 1)) == false)
             try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
+            #expect(try await harness.field(job.jobId, "tries:apple status 21999") == "1")
             let before = try #require(try await harness.redis.send("TTL", harness.keys.job(job.jobId)).int)
             #expect(before > 0)
 
@@ -454,6 +457,7 @@ struct ReceiptQueueTests {
             #expect(record.status == .queued)
             #expect(record.attempts == 0)
             #expect(record.reason == nil)
+            #expect(try await harness.field(job.jobId, "tries:apple status 21999") == nil, "fresh attempts, per answer too")
             #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
             #expect(try await harness.queue.counts() == QueueCounts(queued: 1, processing: 0, retrying: 0, dead: 0))
             #expect(try await harness.streamJobIds() == [job.jobId])

@@ -164,7 +164,8 @@ enum QueueScripts {
         return 1
         """)
 
-    /// Put a failed job back on the stream with fresh attempts; a second call finds it no longer failed.
+    /// Put a failed job back on the stream with fresh attempts (the per-answer counts of `retry` too); a
+    /// second call finds it no longer failed.
     ///
     /// KEYS: job, stream, dead, pending, inflight. ARGV: jobId, now, access channel. Returns {'requeued'} | {'missing'} |
     /// {'not_failed', status}.
@@ -177,6 +178,9 @@ enum QueueScripts {
         if entry then redis.call('XDEL', KEYS[3], entry) end
         redis.call('HSET', KEYS[1], 'status', 'queued', 'attempts', 0, 'updatedAt', ARGV[2], 'acceptedAt', ARGV[2])
         redis.call('HDEL', KEYS[1], 'reason', 'deadEntry', 'nextAttemptAt')
+        for _, field in ipairs(redis.call('HKEYS', KEYS[1])) do
+          if string.sub(field, 1, 6) == 'tries:' then redis.call('HDEL', KEYS[1], field) end
+        end
         redis.call('PERSIST', KEYS[1])
         local entry = redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
         redis.call('HSET', KEYS[1], 'entry', entry)
