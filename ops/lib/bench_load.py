@@ -1,24 +1,19 @@
 #!/usr/bin/env python3
 """Load, measurement and report helpers for ops/bench (python3 standard library only).
 
-  bench_load.py fill     --api URL --count N --tag T ...         post N distinct receipts as fast as possible
-  bench_load.py paced    --api URL --rate R --seconds S ...      open-loop load at R receipts/s; accepted jobs to a TSV
-  bench_load.py latency  --redis-port P --accepted FILE ...      wait for those jobs, accepted -> granted percentiles
+  bench_load.py latency  --redis-port P --accepted FILE ...      wait for bench_post's jobs, accepted -> granted percentiles
   bench_load.py steps    --url METRICS_URL ...                   the workers' step timers so far (sums and counts)
   bench_load.py cpu      --snapshot NAME=PID,...                 cumulative CPU ticks of processes, as one JSON line
   bench_load.py report   --results FILE --out FILE ...           BENCHMARKS.md from the collected results
 
-Results are appended to --results as `key=value` lines (one file per run). Publisher credentials come
-from the environment (BENCH_PUBLISHER_TOKEN, BENCH_BASIC_AUTH), never from the command line.
+Results are appended to --results as `key=value` lines (one file per run). The receipts themselves are
+posted by ops/lib/bench_post.c (fill and paced), which appends its results to the same file.
 """
 
 import argparse
-import asyncio
-import base64
 import collections
 import json
 import os
-import socket
 import sys
 import time
 import urllib.request
@@ -53,295 +48,6 @@ def parse_api(url):
     rest = url.split("://", 1)[-1].rstrip("/")
     host, _, port = rest.partition(":")
     return host, int(port or 80)
-
-
-# ------------------------------------------------------------------ HTTP/1.1 keep-alive client
-
-class HTTPConnection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection carrying one request at a time, driven by asyncio callbacks.
-
-    Callbacks instead of streams: the load generator shares the machine's two cores with what it
-    measures. At 540 receipts/s a request through asyncio streams cost it 0.32 ms of CPU and this costs
-    0.23 ms, and the open-loop schedule holds (send lag p99 12-17 ms, against 28-123 ms with streams).
-    Answers must carry Content-Length (Tollgate's always do)."""
-
-    def __init__(self, pool):
-        self.pool = pool
-        self.transport = None
-        self.buffer = bytearray()
-        self.item = None
-        self.sent = 0.0
-
-    def connection_made(self, transport):
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def send(self, item, raw):
-        self.item = item
-        self.sent = time.time()
-        self.transport.write(raw)
-
-    def data_received(self, data):
-        self.buffer += data
-        head_end = self.buffer.find(b"\r\n\r\n")
-        if head_end < 0:
-            return
-        head = bytes(self.buffer[:head_end]).lower()
-        index = head.find(b"content-length:")
-        if index < 0:
-            self.fail("an answer without Content-Length")
-            return
-        line_end = head.find(b"\r\n", index)
-        total = head_end + 4 + int(head[index + 15:line_end if line_end >= 0 else len(head)])
-        if len(self.buffer) < total:
-            return
-        status = int(self.buffer[9:12])
-        body = bytes(self.buffer[head_end + 4:total])
-        del self.buffer[:total]
-        item, self.item = self.item, None
-        keep = b"connection: close" not in head
-        if not keep:
-            self.transport.close()
-        self.pool.answered(self if keep else None, item, status, body, self.sent)
-
-    def fail(self, reason):
-        self.transport.close()
-        item, self.item = self.item, None
-        if item is not None:
-            self.pool.failed(item, reason)
-
-    def connection_lost(self, exc):
-        item, self.item = self.item, None
-        self.pool.lost(self, item)
-
-
-class ConnectionPool:
-    """`size` keep-alive connections to one server for `total` requests; requests beyond the free
-    connections wait in order.
-
-    `on_answer(item, status, body, sent)` runs for every answer and `on_error(item, reason)` for every
-    request that got none (its connection closed or broke); `sent` is the wall-clock second the request
-    was written. `drained` completes once all `total` requests have their outcome."""
-
-    def __init__(self, host, port, size, total, on_answer, on_error):
-        self.host, self.port, self.size = host, port, size
-        self.on_answer, self.on_error = on_answer, on_error
-        self.idle = []
-        self.waiting = collections.deque()
-        self.remaining = total
-        self.connections = 0
-        self.broken = None
-        self.drained = None
-
-    async def open(self):
-        loop = asyncio.get_running_loop()
-        self.drained = loop.create_future()
-        if self.remaining == 0:
-            self.drained.set_result(None)
-        try:
-            for _ in range(self.size):
-                await self.connect()
-        except OSError as error:
-            sys.exit("bench_load: cannot connect to %s:%d: %s" % (self.host, self.port, error))
-
-    async def connect(self):
-        loop = asyncio.get_running_loop()
-        _transport, connection = await loop.create_connection(lambda: HTTPConnection(self), self.host, self.port)
-        self.connections += 1
-        self.release(connection)
-
-    def submit(self, item, raw):
-        if self.broken:
-            self.failed(item, self.broken)
-        elif self.idle:
-            self.idle.pop().send(item, raw)
-        else:
-            self.waiting.append((item, raw))
-
-    def release(self, connection):
-        if self.waiting:
-            connection.send(*self.waiting.popleft())
-        else:
-            self.idle.append(connection)
-
-    def settle(self):
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.drained.set_result(None)
-
-    def answered(self, connection, item, status, body, sent):
-        self.on_answer(item, status, body, sent)
-        self.settle()
-        if connection is not None:
-            self.release(connection)
-
-    def failed(self, item, reason):
-        self.on_error(item, reason)
-        self.settle()
-
-    def lost(self, connection, item):
-        if connection in self.idle:
-            self.idle.remove(connection)
-        self.connections -= 1
-        if item is not None:
-            self.failed(item, "connection to %s:%d lost" % (self.host, self.port))
-        # Keep the pool at its size while work remains; a server that refuses ends the run with errors.
-        if self.remaining > 0:
-            asyncio.ensure_future(self.reconnect())
-
-    async def reconnect(self):
-        for attempt in range(5):
-            try:
-                await self.connect()
-                return
-            except OSError as error:
-                reason = "cannot connect to %s:%d: %s" % (self.host, self.port, error)
-                await asyncio.sleep(0.05 * (attempt + 1))
-        if self.connections == 0:
-            # Nothing left to send on: every waiting and later request fails instead of waiting forever.
-            self.broken = reason
-            while self.waiting:
-                self.failed(self.waiting.popleft()[0], reason)
-
-    async def close(self):
-        for connection in self.idle:
-            connection.transport.close()
-        self.idle = []
-        await asyncio.sleep(0)
-
-
-class Receipts:
-    """Distinct valid receipts: one customer and one 18-digit Apple transaction id per number."""
-
-    def __init__(self, args):
-        self.args = args
-        self.host, self.port = parse_api(args.api)
-        token = os.environ.get("BENCH_PUBLISHER_TOKEN", "")
-        basic = os.environ.get("BENCH_BASIC_AUTH", "")
-        if not token or not basic:
-            sys.exit("bench_load: BENCH_PUBLISHER_TOKEN and BENCH_BASIC_AUTH must be set")
-        self.head = ("POST /apple/payment HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
-                     "X-Publisher-Token: %s\r\nAuthorization: Basic %s\r\n" % (self.host, self.port, token, basic))
-
-    def raw(self, number):
-        transaction = "%02d%016d" % (self.args.tag_number, number)
-        scenario = '{"bundleId":"%s","inApp":[{"productId":"%s","transactionId":"%s"}]}' % (
-            self.args.bundle, self.args.product, transaction)
-        receipt = base64.b64encode(scenario.encode()).decode()
-        body = ('{"customerEmail":"%s%d@bench.example","offerId":"%s","receipt":{"transactionId":"%s",'
-                '"receiptData":"%s"},"appType":"ios","ipAddress":"127.0.0.1"}' % (
-                    self.args.email_prefix, number, self.args.offer, transaction, receipt)).encode()
-        return (self.head + "Content-Length: %d\r\n\r\n" % len(body)).encode() + body
-
-
-def job_id_of(body):
-    try:
-        return json.loads(body)["jobId"]
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-class Tally:
-    """A run's outcomes: receipts accepted, requests failed, and the first failure's description."""
-
-    def __init__(self):
-        self.accepted = 0
-        self.errors = 0
-        self.first_error = None
-
-    def answer(self, status, body):
-        """Counts one answer; its job id when it accepted a receipt."""
-        job = job_id_of(body) if status == 200 else None
-        if job:
-            self.accepted += 1
-        else:
-            self.error("HTTP %d %s" % (status, body[:200]))
-        return job
-
-    def error(self, reason):
-        self.errors += 1
-        self.first_error = self.first_error or reason
-
-    def on_error(self, _item, reason):
-        """A ConnectionPool callback: a request that got no answer."""
-        self.error(reason)
-
-    @property
-    def first_error_note(self):
-        return "; first error: %s" % self.first_error if self.first_error else ""
-
-
-# ------------------------------------------------------------------ fill
-
-async def fill(args):
-    receipts = Receipts(args)
-    requests = [receipts.raw(number) for number in range(args.count)]
-    tally = Tally()
-    pool = ConnectionPool(receipts.host, receipts.port, args.connections, args.count,
-                          lambda _number, status, body, _sent: tally.answer(status, body), tally.on_error)
-    await pool.open()
-    started = time.monotonic()
-    for number, raw in enumerate(requests):
-        pool.submit(number, raw)
-    await pool.drained
-    seconds = time.monotonic() - started
-    await pool.close()
-    result = {"count": args.count, "accepted": tally.accepted, "errors": tally.errors,
-              "seconds": seconds, "rps": tally.accepted / seconds if seconds else 0.0}
-    append_results(args.results, args.key, result)
-    log("fill: %d accepted, %d errors in %.1fs (%.0f/s)%s" % (
-        tally.accepted, tally.errors, seconds, result["rps"], tally.first_error_note))
-    return 0 if tally.errors == 0 else 1
-
-
-# ------------------------------------------------------------------ paced (open loop)
-
-async def paced(args):
-    """Sends request i at start + i / rate whatever came back before (open loop), over a pool of connections.
-
-    Every request is built before the clock starts, so the pacing costs a timer callback and a write."""
-    receipts = Receipts(args)
-    total = int(args.rate * args.seconds)
-    requests = [receipts.raw(args.first + index) for index in range(total)]
-    out = open(args.accepted, "w", encoding="utf-8")
-    tally = Tally()
-    lags = []
-    accept_ms = []
-    loop = asyncio.get_running_loop()
-
-    def on_answer(index, status, body, sent):
-        answered = time.time()
-        scheduled = wall_start + index / args.rate
-        lags.append(sent - scheduled)
-        job = tally.answer(status, body)
-        if job:
-            accept_ms.append((answered - sent) * 1000)
-            out.write("%s\t%.3f\t%.3f\t%.3f\n" % (job, scheduled * 1000, sent * 1000, answered * 1000))
-
-    pool = ConnectionPool(receipts.host, receipts.port, args.connections, total, on_answer, tally.on_error)
-    await pool.open()
-    # One clock reading pairs the loop's monotonic time with the wall clock Redis' stamps are compared with.
-    loop_start, wall_start = loop.time() + 0.05, time.time() + 0.05
-    for index in range(total):
-        loop.call_at(loop_start + index / args.rate, pool.submit, index, requests[index])
-    await pool.drained
-    await pool.close()
-    out.close()
-    seconds = time.time() - wall_start
-    lags.sort()
-    accept_ms.sort()
-    result = {"target_rps": args.rate, "sent": total, "accepted": tally.accepted, "errors": tally.errors,
-              "seconds": seconds, "achieved_rps": tally.accepted / seconds if seconds else 0.0,
-              "send_lag_p99_ms": (percentile(lags, 99) or 0) * 1000,
-              "client_accept_p50_ms": percentile(accept_ms, 50) or 0.0,
-              "client_accept_p99_ms": percentile(accept_ms, 99) or 0.0}
-    append_results(args.results, args.key, result)
-    log("paced: %d/%d accepted at %.0f/s (target %.0f/s), %d errors, send lag p99 %.1f ms%s" % (
-        tally.accepted, total, result["achieved_rps"], args.rate, tally.errors, result["send_lag_p99_ms"],
-        tally.first_error_note))
-    return 0 if tally.errors == 0 else 1
 
 
 # ------------------------------------------------------------------ where a job's time went, from the workers
@@ -606,9 +312,9 @@ def report(args):
     add("| toolchain | %s; `swift build -c release` |" % r.get("swift", "?"))
     add("| servers | PostgreSQL %s (fsync on, synchronous_commit on); Redis %s (`appendonly yes`, `appendfsync everysec`, as in production) |" % (
         r.get("postgres_version", "?"), r.get("redis_version", "?")))
-    add("| load tools | %s; %s; %s; Python %s (asyncio, keep-alive HTTP/1.1) |" % (
+    add("| load tools | %s; %s; %s; `ops/lib/bench_post.c` (%s, epoll, keep-alive HTTP/1.1) |" % (
         r.get("wrk_version", "wrk"), r.get("redis_benchmark_version", "redis-benchmark"), r.get("pgbench_version", "pgbench"),
-        r.get("python_version", "?")))
+        r.get("cc_version", "cc")))
     add("| Tollgate settings | defaults, except `TOLLGATE_RATE_LIMIT_PER_S=0` (limit off), the emulator's URLs and "
         "`TOLLGATE_WORKER_CONCURRENCY=%s` (default 256; sized for 1,000/s by Little's law); PostgreSQL pool %s per API "
         "process and %s per worker (by default one per 16 verifications in flight, at least 16), Redis pool %s per process; "
@@ -711,7 +417,7 @@ def report(args):
         add("")
         add("From `/proc/PID/stat` (user + system time) at the start and end of each phase; PostgreSQL counts the")
         add("postmaster and all its backends; \"load generator\" is the CPU time of the phase's wrk, pgbench,")
-        add("redis-benchmark or Python client; \"rest\" is the machine's busy time minus all of those: the script's own")
+        add("redis-benchmark or bench_post (and, after the latency loads, the script that reads their jobs); \"rest\" is the machine's busy time minus all of those: the script's own")
         add("polling and anything else that ran on the machine at the time.")
         add("")
         add("| phase | seconds | machine busy | " + " | ".join(names) + " | rest |")
@@ -744,7 +450,7 @@ def report(args):
         "(`transactions`) that reached `fulfilled` divided by the time between the first and the last `fulfilled_at` "
         "(PostgreSQL's clock). The figure \"including the worker's start\" divides by the time from the worker's launch "
         "to the last grant." % (r.get("backlog", "?"), fmt(apple_ms)))
-    add("- **Accepted → granted**: an open-loop client (`ops/lib/bench_load.py paced`) posts at half the measured "
+    add("- **Accepted → granted**: an open-loop client (`ops/lib/bench_post.c`, `paced`) posts at half the measured "
         "drain rate, on schedule whatever the answers' latency. *Accepted* is the `acceptedAt` the API stamps on the job "
         "just before the atomic enqueue whose success it answers with 200 (so the figure includes the enqueue round trip "
         "and overstates slightly); *granted* is the `updatedAt` the worker writes in the same Redis script that turns the "
@@ -781,28 +487,6 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def receipt_args(p):
-        p.add_argument("--api", required=True)
-        p.add_argument("--tag-number", type=int, required=True, help="first two digits of every transaction id")
-        p.add_argument("--email-prefix", required=True)
-        p.add_argument("--bundle", required=True)
-        p.add_argument("--product", required=True)
-        p.add_argument("--offer", required=True)
-        p.add_argument("--connections", type=int, default=64)
-        p.add_argument("--results", required=True)
-        p.add_argument("--key", required=True, help="prefix of the result keys, e.g. fill1.")
-
-    p = sub.add_parser("fill")
-    receipt_args(p)
-    p.add_argument("--count", type=int, required=True)
-
-    p = sub.add_parser("paced")
-    receipt_args(p)
-    p.add_argument("--rate", type=float, required=True)
-    p.add_argument("--seconds", type=float, required=True)
-    p.add_argument("--first", type=int, default=0)
-    p.add_argument("--accepted", required=True)
-
     p = sub.add_parser("latency")
     p.add_argument("--redis-port", type=int, required=True)
     p.add_argument("--prefix", default="tollgate")
@@ -830,10 +514,6 @@ def main():
     p.add_argument("--out", required=True)
 
     args = parser.parse_args()
-    if args.command == "fill":
-        return asyncio.run(fill(args))
-    if args.command == "paced":
-        return asyncio.run(paced(args))
     if args.command == "latency":
         return latency(args)
     if args.command == "steps":
