@@ -261,6 +261,30 @@ struct RedisClientTests {
         }
     }
 
+    @Test("a database the server does not have: commands fail, and none of them runs in database 0")
+    func missingDatabaseWritesNothing() async throws {
+        let prefix = TestEnvironment.uniquePrefix()
+        let keys = (0..<20).map { "\(prefix):lost-\($0)" }
+        // Redis has 16 databases unless configured otherwise; SELECT 9999 fails.
+        let missing = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 9999)), connections: 1)
+        let zero = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 0)), connections: 1)
+        try await TestEnvironment.using(missing, zero) {
+            // Concurrent commands are parked while the connection opens; they must wait for SELECT's answer.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for key in keys {
+                    group.addTask {
+                        let error = await #expect(throws: RedisError.self) { try await missing.send("SET", key, "written") }
+                        #expect(error?.code == .connection)
+                        #expect(error?.message.contains("DB index") == true)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(try await zero.send(["EXISTS"] + keys) == .integer(0))
+            try await zero.send(["DEL"] + keys)
+        }
+    }
+
     @Test("an ACL user and password in the URL authenticate; a wrong password is a connection error that hides it")
     func aclUser() async throws {
         try await Self.withACLUser { user, password in

@@ -43,6 +43,9 @@ private final class Core: @unchecked Sendable {
     private enum State {
         case idle
         case connecting
+        /// Connected, `AUTH`/`SELECT` sent, their replies not all read: commands stay parked until they
+        /// are, so that none runs unauthenticated or in database 0 when `SELECT` fails.
+        case settingUp(any Channel, RedisReplyHandler)
         case connected(any Channel, RedisReplyHandler)
         case closed
     }
@@ -68,7 +71,7 @@ private final class Core: @unchecked Sendable {
         switch self.state {
         case .connected(_, let handler):
             self.write(command, waiter: .caller(continuation), handler: handler)
-        case .connecting:
+        case .connecting, .settingUp:
             self.parked.append((command, continuation))
         case .idle:
             self.parked.append((command, continuation))
@@ -83,7 +86,14 @@ private final class Core: @unchecked Sendable {
         let previous = self.state
         self.state = .closed
         self.failParked(RedisError(.closed, "the Redis client is shut down"))
-        guard case .connected(let channel, let handler) = previous else { return self.eventLoop.makeSucceededVoidFuture() }
+        let channel: any Channel
+        let handler: RedisReplyHandler
+        switch previous {
+        case .connected(let open, let current), .settingUp(let open, let current):
+            (channel, handler) = (open, current)
+        case .idle, .connecting, .closed:
+            return self.eventLoop.makeSucceededVoidFuture()
+        }
         handler.closeReason = RedisError(.closed, "the Redis client is shut down")
         return channel.close().recover { _ in }
     }
@@ -102,7 +112,12 @@ private final class Core: @unchecked Sendable {
 
     private func flush() {
         self.flushScheduled = false
-        guard case .connected(let channel, _) = self.state, self.outbound.readableBytes > 0 else { return }
+        guard self.outbound.readableBytes > 0 else { return }
+        let channel: any Channel
+        switch self.state {
+        case .connected(let open, _), .settingUp(let open, _): channel = open
+        case .idle, .connecting, .closed: return
+        }
         let bytes = self.outbound
         self.outbound = channel.allocator.buffer(capacity: 1024)
         channel.writeAndFlush(bytes, promise: nil)
@@ -146,18 +161,46 @@ private final class Core: @unchecked Sendable {
         }
         handler.onClose = { [weak handler] in
             // Only the current connection's end makes the next command reconnect.
-            guard case .connected(_, let current) = self.state, current === handler else { return }
-            self.state = .idle
-            self.outbound.clear()
+            switch self.state {
+            case .connected(_, let current) where current === handler:
+                self.state = .idle
+                self.outbound.clear()
+            case .settingUp(_, let current) where current === handler:
+                // AUTH or SELECT failed (or the connection broke before they answered): the commands
+                // waiting for them were never sent, and fail with the reason.
+                self.state = .idle
+                self.outbound.clear()
+                self.failParked(handler?.closeReason ?? RedisError(.connection, "connection lost during AUTH/SELECT"))
+            default:
+                return
+            }
         }
-        self.state = .connected(channel, handler)
+        var setup: [[String]] = []
         if let password = self.configuration.password {
-            let auth = self.configuration.username.map { ["AUTH", $0, password] } ?? ["AUTH", password]
-            self.write(auth, waiter: .setup, handler: handler)
+            setup.append(self.configuration.username.map { ["AUTH", $0, password] } ?? ["AUTH", password])
         }
         if self.configuration.database != 0 {
-            self.write(["SELECT", String(self.configuration.database)], waiter: .setup, handler: handler)
+            setup.append(["SELECT", String(self.configuration.database)])
         }
+        guard !setup.isEmpty else {
+            self.state = .connected(channel, handler)
+            return self.sendParked(handler)
+        }
+        self.state = .settingUp(channel, handler)
+        for (index, command) in setup.enumerated() {
+            let done: (() -> Void)? = index == setup.count - 1 ? { self.setUp(handler) } : nil
+            self.write(command, waiter: .setup(done), handler: handler)
+        }
+    }
+
+    /// The last setup reply was a success: the connection takes commands.
+    private func setUp(_ handler: RedisReplyHandler) {
+        guard case .settingUp(let channel, let current) = self.state, current === handler else { return }
+        self.state = .connected(channel, handler)
+        self.sendParked(handler)
+    }
+
+    private func sendParked(_ handler: RedisReplyHandler) {
         let parked = self.parked
         self.parked = []
         for (command, continuation) in parked {
@@ -180,8 +223,9 @@ final class RedisReplyHandler: ChannelInboundHandler {
     /// Who waits for a reply.
     enum Waiter {
         case caller(CheckedContinuation<RedisValue, any Error>)
-        /// `AUTH` or `SELECT` sent on connecting: an error reply ends the connection.
-        case setup
+        /// `AUTH` or `SELECT` sent on connecting: an error reply ends the connection; a success runs the
+        /// closure (given to the last of them).
+        case setup((() -> Void)?)
 
         func fail(_ error: RedisError) {
             if case .caller(let continuation) = self { continuation.resume(throwing: error) }
@@ -232,8 +276,8 @@ final class RedisReplyHandler: ChannelInboundHandler {
                 case (.setup, .failure(let error)):
                     // The AUTH error text is Redis' own ("WRONGPASS …"); it never contains the password.
                     return self.fail(context, RedisError(.connection, "setup failed: \(error.message)"))
-                case (.setup, .success):
-                    break
+                case (.setup(let done), .success):
+                    done?()
                 }
             }
         }
