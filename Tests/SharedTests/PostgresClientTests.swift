@@ -177,6 +177,27 @@ struct PostgresClientTests {
         }
     }
 
+    @Test("a text parameter with a NUL is refused whole (22021), in a query and in a pipeline, never stored cut short")
+    func nulRefused() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("CREATE TABLE n (value text NOT NULL)")
+            let value = "before\u{0}after"
+            let single = await #expect(throws: PostgresError.self) { try await client.query("INSERT INTO n VALUES ($1)", [value]) }
+            #expect(single?.code == .server)
+            #expect(single?.sqlState == "22021")
+            #expect(single?.message.contains("$1") == true)
+            #expect(single?.message.contains("before") == false)
+            let piped = await #expect(throws: PostgresError.self) {
+                try await client.withConnection { session in
+                    try await session.pipeline([("INSERT INTO n VALUES ($1)", ["fine"]), ("INSERT INTO n VALUES ($1)", [value])])
+                }
+            }
+            #expect(piped?.sqlState == "22021")
+            // Nothing of either went in, and the connection still works.
+            #expect(try await client.query("SELECT count(*)::int AS n FROM n").first?.decode(Int.self, "n") == 0)
+        }
+    }
+
     @Test("a unique violation is a server error with SQLSTATE 23505")
     func uniqueViolation() async throws {
         try await TestDatabase.withFresh(connections: 1) { client, _ in

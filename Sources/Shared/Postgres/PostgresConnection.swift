@@ -71,6 +71,7 @@ final class PostgresConnection {
     /// Queries and data changes are prepared once per connection (the server keeps their plans);
     /// anything else (BEGIN, COMMIT, DDL) runs as is.
     func execute(_ sql: String, _ parameters: [String?]) throws -> PostgresResult {
+        try Self.refuseNUL(parameters)
         let statement = try self.preparedName(for: sql, parameterCount: parameters.count)
         let result = Self.withOptionalCStrings(parameters) { values in
             if let statement {
@@ -95,6 +96,7 @@ final class PostgresConnection {
     /// are read. After a failing statement the rest are skipped by the server; the first error is thrown
     /// (inside a transaction, the caller rolls back as after any failed statement).
     func executePipeline(_ statements: [(sql: String, parameters: [String?])]) throws -> [PostgresResult] {
+        for statement in statements { try Self.refuseNUL(statement.parameters) }
         // Preparing is a round trip of its own, done before the pipeline (once per connection and text).
         let names = try statements.map { try self.preparedName(for: $0.sql, parameterCount: $0.parameters.count) }
         guard PQenterPipelineMode(self.handle) == 1 else {
@@ -211,6 +213,15 @@ final class PostgresConnection {
     private static func message(_ pointer: UnsafeMutablePointer<CChar>?) -> String {
         guard let pointer else { return "unknown libpq error" }
         return String(cString: pointer).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Parameters go to libpq as C strings, which end at the first NUL, and PostgreSQL text cannot hold
+    /// one anyway: such a value is refused whole (SQLSTATE 22021, as the server refuses it) instead of
+    /// being stored cut short. The value itself is not quoted, since parameters may be secrets.
+    private static func refuseNUL(_ parameters: [String?]) throws {
+        if let index = parameters.firstIndex(where: { $0?.utf8.contains(0) == true }) {
+            throw PostgresError(.server, sqlState: "22021", "parameter $\(index + 1) contains a NUL character, which text cannot hold")
+        }
     }
 
     private static func withCStrings<R>(_ strings: [String], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
