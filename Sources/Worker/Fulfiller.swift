@@ -157,15 +157,21 @@ struct Fulfiller: Sendable {
     }
 
     /// Production first; the sandbox on 21007 (when one of the offer's apps allows it); production again on 21008.
+    ///
+    /// The offer's apps may each have their own shared secret, and which app the receipt is from is known
+    /// only from Apple's answer: on 21004 (the secret does not match) the next distinct secret is tried.
     private func verify(_ job: ReceiptJob, offerProducts: [Product], apps: [App]) async -> Verification {
         let offerApps = apps.filter { app in offerProducts.contains { $0.appId == app.id } }
-        let password = offerApps.lazy.compactMap(\.sharedSecret).first
+        var secrets: [String] = []
+        for secret in offerApps.compactMap(\.sharedSecret) where !secrets.contains(secret) { secrets.append(secret) }
+        var secret = 0
         let excludeOld = offerProducts.contains { $0.kind == .autoRenewable }
         var environment = VerifyReceiptClient.Environment.production
-        for _ in 0..<3 {
+        for _ in 0..<(3 + max(0, secrets.count - 1)) {
             let started = ContinuousClock.now
             let verdict = await self.apple.verify(
-                receiptData: job.receiptData, password: password, excludeOldTransactions: excludeOld, environment: environment
+                receiptData: job.receiptData, password: secrets.isEmpty ? nil : secrets[secret], excludeOldTransactions: excludeOld,
+                environment: environment
             )
             WorkerMetrics.appleCall(environment: environment.rawValue, verdict: verdict, duration: ContinuousClock.now - started)
             switch verdict {
@@ -182,6 +188,8 @@ struct Fulfiller: Sendable {
                 environment = .production
             case .reject(let reason, _):
                 return .outcome(.rejected(reason, environment: environment.rawValue))
+            case .fail(.sharedSecretMismatch, _) where secret + 1 < secrets.count:
+                secret += 1
             case .fail(let reason, let detail):
                 return .outcome(.failed(reason, detail: detail))
             case .retry(let detail, let limit, let exhausted):
