@@ -4,13 +4,17 @@ import JWTKit
 /// Customer tokens: short-lived JWTs (HS256, signed with `TOLLGATE_TOKEN_SECRET`) that a publisher obtains
 /// for one of its customers and hands to an app, so the app can read that customer's access and nothing else.
 ///
-/// A token names its publisher (`aud`) and its customer (`sub`), and expires (`exp`). Anything else —
-/// another signature, another algorithm, a missing or past `exp`, a foreign issuer — is refused.
+/// A token names its publisher (`aud`) and its customer (`sub`), and expires (`exp`). It also records the
+/// publisher credentials that obtained it (`cre`, ``PublisherCredentials/fingerprint(tokenHash:)``): the
+/// authenticator refuses it once those credentials are rotated. Anything else — another signature, another
+/// algorithm, a missing or past `exp`, a foreign issuer, no `cre` — is refused.
 struct CustomerTokens: Sendable {
     /// What a valid token says.
     struct Identity: Sendable, Equatable {
         let publisherId: UUID
         let customerEmail: String
+        /// The fingerprint of the publisher credentials that obtained the token.
+        let credentials: String
     }
 
     /// The signed claims.
@@ -20,6 +24,7 @@ struct CustomerTokens: Sendable {
         var sub: SubjectClaim
         var iat: IssuedAtClaim
         var exp: ExpirationClaim
+        var cre: String
 
         func verify(using algorithm: some JWTAlgorithm) async throws {
             try self.exp.verifyNotExpired()
@@ -39,14 +44,16 @@ struct CustomerTokens: Sendable {
         self.lifetimeSeconds = lifetimeSeconds
     }
 
-    /// A token for one customer of one publisher, and when it expires.
-    func issue(publisherId: UUID, customerEmail: String, now: Date = Date()) async throws -> (token: String, expiresAt: Date) {
+    /// A token for one customer of one publisher, obtained with the credentials whose fingerprint is
+    /// `credentials`, and when it expires.
+    func issue(publisherId: UUID, customerEmail: String, credentials: String, now: Date = Date()) async throws -> (token: String, expiresAt: Date) {
         // Whole seconds: JWT dates are NumericDate, and the answer's `expiresAt` must equal the token's.
         let issued = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         let expires = issued.addingTimeInterval(Double(self.lifetimeSeconds))
         let payload = Payload(
             iss: IssuerClaim(value: Self.issuer), aud: AudienceClaim(value: [publisherId.lowercasedString]),
-            sub: SubjectClaim(value: customerEmail), iat: IssuedAtClaim(value: issued), exp: ExpirationClaim(value: expires)
+            sub: SubjectClaim(value: customerEmail), iat: IssuedAtClaim(value: issued), exp: ExpirationClaim(value: expires),
+            cre: credentials
         )
         return (try await self.keys.sign(payload), expires)
     }
@@ -57,8 +64,8 @@ struct CustomerTokens: Sendable {
         guard token.utf8.count <= 2048,
             let payload = try? await self.keys.verify(token, as: Payload.self),
             payload.aud.value.count == 1, let publisherId = UUID(uuidString: payload.aud.value[0]),
-            !payload.sub.value.isEmpty
+            !payload.sub.value.isEmpty, !payload.cre.isEmpty
         else { return nil }
-        return Identity(publisherId: publisherId, customerEmail: payload.sub.value)
+        return Identity(publisherId: publisherId, customerEmail: payload.sub.value, credentials: payload.cre)
     }
 }

@@ -3,7 +3,7 @@ import Shared
 
 /// Checks publisher credentials and customer tokens, caching publisher look-ups for a few seconds: a request
 /// costs no database round trip for auth, and a disabled publisher or rotated credentials stop working on
-/// every API process within ``cacheLifetime`` seconds.
+/// every API process within ``cacheLifetime`` seconds, and so do the customer tokens obtained with them.
 struct PublisherAuthenticator: Sendable {
     static let cacheLifetime = 5.0
 
@@ -11,7 +11,7 @@ struct PublisherAuthenticator: Sendable {
     /// `nil` when `TOLLGATE_TOKEN_SECRET` is unset: customer tokens are refused.
     let customerTokens: CustomerTokens?
     private let byToken = ExpiringCache<[UInt8], PublisherAuthRecord>(lifetime: Self.cacheLifetime)
-    private let byId = ExpiringCache<UUID, Publisher>(lifetime: Self.cacheLifetime)
+    private let byId = ExpiringCache<UUID, PublisherAuthRecord>(lifetime: Self.cacheLifetime)
 
     init(catalog: CatalogStore, customerTokens: CustomerTokens?) {
         self.catalog = catalog
@@ -31,13 +31,14 @@ struct PublisherAuthenticator: Sendable {
         try await self.record(token: token)?.publisher
     }
 
-    /// The customer a valid token names, with its publisher, which must exist and be enabled.
+    /// The customer a valid token names, with its publisher, which must exist and be enabled and still
+    /// hold the credentials that obtained the token.
     func authenticate(customerToken: String) async throws -> (Publisher, CustomerTokens.Identity)? {
         guard let identity = await self.customerTokens?.verify(customerToken),
-            let publisher = try await self.byId.value(for: identity.publisherId, load: { try await self.catalog.publisher(id: identity.publisherId) }),
-            publisher.enabled
+            let record = try await self.byId.value(for: identity.publisherId, load: { try await self.catalog.publisherAuth(id: identity.publisherId) }),
+            record.publisher.enabled, identity.credentials == record.credentialsFingerprint
         else { return nil }
-        return (publisher, identity)
+        return (record.publisher, identity)
     }
 
     /// Forgets every cached publisher, after an admin change in this process, so it applies here at once

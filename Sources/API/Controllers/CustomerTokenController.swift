@@ -21,9 +21,14 @@ struct CustomerTokenController {
         guard let tokens = self.services.authenticator.customerTokens else {
             throw APIError(.notFound, code: "customer_tokens_disabled", "customer tokens are not enabled on this server (TOLLGATE_TOKEN_SECRET is unset)")
         }
+        // PublisherAuthMiddleware let the request in by this token (and Basic): the customer token records it.
+        guard let publisherToken = request.headers[.publisherToken] else { throw APIError.unauthorized }
         let json = try await JSONObject.read(request)
         let email = try FieldRules.email(json.requiredString("customerEmail"))
-        let (token, expiresAt) = try await tokens.issue(publisherId: publisher.id, customerEmail: email)
+        let (token, expiresAt) = try await tokens.issue(
+            publisherId: publisher.id, customerEmail: email,
+            credentials: PublisherCredentials.fingerprint(tokenHash: PublisherCredentials.hash(publisherToken))
+        )
         return JSONBody.response(.ok, Issued(customerToken: token, expiresAt: Int(expiresAt.timeIntervalSince1970)))
     }
 }

@@ -35,6 +35,13 @@ public struct PublisherCredentials: Sendable, Equatable {
         Array(SHA256.hash(data: Array(secret.utf8)))
     }
 
+    /// What a customer token records of the credentials that obtained it (CustomerTokens' `cre` claim): the
+    /// first 12 bytes of a SHA-256 over the stored token hash, as hex. Rotating the credentials changes it,
+    /// so every token obtained with the old ones stops working; it reveals nothing of the token itself.
+    public static func fingerprint(tokenHash: [UInt8]) -> String {
+        Hex.encode(SHA256.hash(data: Array("tollgate customer token credentials\n".utf8) + tokenHash).prefix(12))
+    }
+
     /// Compares two digests in time independent of where they differ.
     public static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
         guard lhs.count == rhs.count else { return false }

@@ -30,15 +30,25 @@ public struct CatalogStore: Sendable {
 
     /// The stored hashes for the publisher holding a token, looked up by the token's hash.
     public func publisherAuth(tokenHash: [UInt8]) async throws -> PublisherAuthRecord? {
-        let result = try await self.database.query(
-            "SELECT id, name, basic_username, basic_password_hash, enabled FROM publishers WHERE token_hash = $1",
+        try await self.database.query(
+            "SELECT id, name, token_hash, basic_username, basic_password_hash, enabled FROM publishers WHERE token_hash = $1",
             [PostgresBytes(tokenHash)]
-        )
-        guard let row = result.first else { return nil }
-        return PublisherAuthRecord(
+        ).first.map(Self.authRecord)
+    }
+
+    /// The stored hashes of one publisher's current credentials, by its id.
+    public func publisherAuth(id: UUID) async throws -> PublisherAuthRecord? {
+        try await self.database.query(
+            "SELECT id, name, token_hash, basic_username, basic_password_hash, enabled FROM publishers WHERE id = $1", [id]
+        ).first.map(Self.authRecord)
+    }
+
+    private static func authRecord(_ row: PostgresRow) throws -> PublisherAuthRecord {
+        PublisherAuthRecord(
             publisher: try Self.publisher(row),
             username: try row.decode(String.self, "basic_username"),
-            passwordHash: try row.decode(PostgresBytes.self, "basic_password_hash").bytes
+            passwordHash: try row.decode(PostgresBytes.self, "basic_password_hash").bytes,
+            tokenHash: try row.decode(PostgresBytes.self, "token_hash").bytes
         )
     }
 

@@ -1,4 +1,4 @@
-/// What authenticating a publisher needs: the publisher and the stored hash of its Basic password.
+/// What authenticating a publisher needs: the publisher, the stored hashes of its credentials.
 public struct PublisherAuthRecord: Sendable, Equatable {
     /// The publisher.
     public var publisher: Publisher
@@ -6,11 +6,19 @@ public struct PublisherAuthRecord: Sendable, Equatable {
     public var username: String
     /// SHA-256 of its Basic password.
     public var passwordHash: [UInt8]
+    /// SHA-256 of its `X-Publisher-Token`.
+    public var tokenHash: [UInt8]
 
     /// Creates a record.
-    public init(publisher: Publisher, username: String, passwordHash: [UInt8]) {
+    public init(publisher: Publisher, username: String, passwordHash: [UInt8], tokenHash: [UInt8]) {
         self.publisher = publisher
         self.username = username
         self.passwordHash = passwordHash
+        self.tokenHash = tokenHash
+    }
+
+    /// ``PublisherCredentials/fingerprint(tokenHash:)`` of its current credentials.
+    public var credentialsFingerprint: String {
+        PublisherCredentials.fingerprint(tokenHash: self.tokenHash)
     }
 }

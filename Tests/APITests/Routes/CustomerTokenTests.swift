@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
+import JWTKit
 import Shared
 import Testing
 import TestSupport
@@ -27,6 +28,11 @@ struct CustomerTokenTests {
         let json = try response.json()
         #expect(Set(json.keys) == ["customerToken", "expiresAt"])
         return (try #require(json["customerToken"] as? String), try #require(json["expiresAt"] as? Int))
+    }
+
+    /// The `cre` claim of a token obtained with `tenant`'s current credentials.
+    static func credentials(_ tenant: Tenant) -> String {
+        PublisherCredentials.fingerprint(tokenHash: PublisherCredentials.hash(tenant.publisherToken))
     }
 
     static func bearerAccess(_ api: APIClient, _ token: String, offerId: String = Tenant.Offer.pass, query: String = "") async throws -> TestResponse {
@@ -90,20 +96,42 @@ struct CustomerTokenTests {
         }
     }
 
-    @Test("expired, tampered, wrong-secret, wrong-algorithm, unknown-publisher and disabled-publisher tokens answer 401 on both routes")
+    /// The claims of a token without `cre`.
+    struct Unbound: JWTPayload {
+        var iss: IssuerClaim
+        var aud: AudienceClaim
+        var sub: SubjectClaim
+        var iat: IssuedAtClaim
+        var exp: ExpirationClaim
+
+        func verify(using algorithm: some JWTAlgorithm) async throws {}
+    }
+
+    @Test("expired, tampered, wrong-secret, wrong-algorithm, unknown-publisher, other-credentials, unbound and disabled-publisher tokens answer 401 on both routes")
     func refusedTokens() async throws {
         try await APIHarness.withAPI(Self.options) { api in
             let tenant = try await api.provisionTenant()
             let publisherId = try #require(UUID(uuidString: tenant.publisherId))
             let email = "viewer@example.com"
             let ours = await CustomerTokens(secret: Self.secret, lifetimeSeconds: 900)
-            let (good, _) = try await ours.issue(publisherId: publisherId, customerEmail: email)
+            let credentials = Self.credentials(tenant)
+            let (good, _) = try await ours.issue(publisherId: publisherId, customerEmail: email, credentials: credentials)
             #expect(try await Self.bearerAccess(api, good).status == .ok)
 
-            let expired = try await ours.issue(publisherId: publisherId, customerEmail: email, now: Date().addingTimeInterval(-901)).token
+            let expired = try await ours.issue(publisherId: publisherId, customerEmail: email, credentials: credentials, now: Date().addingTimeInterval(-901)).token
             let foreignSecret = try await CustomerTokens(secret: String(Self.secret.reversed()), lifetimeSeconds: 900)
-                .issue(publisherId: publisherId, customerEmail: email).token
-            let unknownPublisher = try await ours.issue(publisherId: UUID(), customerEmail: email).token
+                .issue(publisherId: publisherId, customerEmail: email, credentials: credentials).token
+            let unknownPublisher = try await ours.issue(publisherId: UUID(), customerEmail: email, credentials: credentials).token
+            let otherCredentials = try await ours.issue(
+                publisherId: publisherId, customerEmail: email, credentials: PublisherCredentials.fingerprint(tokenHash: PublisherCredentials.hash("pt_other"))
+            ).token
+            // Signed with the right secret but without `cre`, as tokens were before they recorded their credentials.
+            let keys = JWTKeyCollection()
+            await keys.add(hmac: HMACKey(from: Self.secret), digestAlgorithm: .sha256)
+            let unbound = try await keys.sign(Unbound(
+                iss: IssuerClaim(value: CustomerTokens.issuer), aud: AudienceClaim(value: [tenant.publisherId]), sub: SubjectClaim(value: email),
+                iat: IssuedAtClaim(value: Date()), exp: ExpirationClaim(value: Date().addingTimeInterval(900))
+            ))
             let parts = good.split(separator: ".").map(String.init)
             // Another customer in the claims, the signature left as it was.
             let claimBytes = try #require(Self.base64URLDecode(parts[1]))
@@ -117,7 +145,7 @@ struct CustomerTokenTests {
             for (name, token) in [
                 ("expired", expired), ("foreign secret", foreignSecret), ("unknown publisher", unknownPublisher),
                 ("tampered", tampered), ("alg none", unsigned), ("truncated", truncated), ("garbage", "not-a-token"),
-                ("huge", String(repeating: "a", count: 10_000)),
+                ("huge", String(repeating: "a", count: 10_000)), ("other credentials", otherCredentials), ("no credentials claim", unbound),
             ] {
                 expectError(try await Self.bearerAccess(api, token), .unauthorized, code: "unauthorized")
                 let rpc = try await Self.rpc(api, token)
@@ -129,6 +157,41 @@ struct CustomerTokenTests {
             #expect(try await api.admin(.patch, "/admin/v1/publishers/\(tenant.publisherId)", json: ["enabled": false]).status == .ok)
             expectError(try await Self.bearerAccess(api, good), .unauthorized, code: "unauthorized")
             expectError(try await Self.rpc(api, good), .unauthorized, code: "unauthorized")
+        }
+    }
+
+    @Test("rotating a publisher's credentials refuses the tokens obtained with the old ones, here at once and within seconds in another API process")
+    func rotation() async throws {
+        try await APIHarness.withAPI(Self.options) { api in
+            let old = try await api.provisionTenant()
+            var options = Self.options
+            options.databaseURL = api.services.configuration.databaseURL
+            try await APIHarness.withAPI(options) { second in
+                let (before, _) = try await Self.token(api, old, email: "viewer@example.com")
+                #expect(try await Self.bearerAccess(second, before).status == .ok)
+
+                let rotated = try await api.admin(.post, "/admin/v1/publishers/\(old.publisherId)/credentials")
+                try #require(rotated.status == .created)
+                let json = try rotated.json()
+                let basic = try #require(json["basicAuth"] as? [String: Any])
+                let new = Tenant(
+                    publisherId: old.publisherId, name: old.name, publisherToken: try #require(json["publisherToken"] as? String),
+                    username: try #require(basic["username"] as? String), password: try #require(basic["password"] as? String),
+                    bundleId: old.bundleId, productIds: old.productIds
+                )
+                expectError(try await Self.bearerAccess(api, before), .unauthorized, code: "unauthorized")
+                expectError(try await Self.rpc(api, before), .unauthorized, code: "unauthorized")
+                // The other process still holds the publisher from before the rotation for up to 5 s.
+                _ = try await Poll.until(timeout: .seconds(30), "the second process refuses the token obtained before the rotation") {
+                    try await Self.bearerAccess(second, before).status == .unauthorized ? true : nil
+                }
+                expectError(try await Self.rpc(second, before), .unauthorized, code: "unauthorized")
+
+                let (after, _) = try await Self.token(api, new, email: "viewer@example.com")
+                #expect(try await Self.bearerAccess(api, after).status == .ok)
+                #expect(try await Self.bearerAccess(second, after).status == .ok)
+                #expect(try await Self.rpc(second, after).status == .ok)
+            }
         }
     }
 
@@ -174,7 +237,7 @@ struct CustomerTokenTests {
             let response = try await api.send(.post, "/v1/customer-tokens", headers: tenant.headers, json: ["customerEmail": "viewer@example.com"])
             expectError(response, .notFound, code: "customer_tokens_disabled")
             let token = try await CustomerTokens(secret: Self.secret, lifetimeSeconds: 900)
-                .issue(publisherId: try #require(UUID(uuidString: tenant.publisherId)), customerEmail: "viewer@example.com").token
+                .issue(publisherId: try #require(UUID(uuidString: tenant.publisherId)), customerEmail: "viewer@example.com", credentials: Self.credentials(tenant)).token
             expectError(try await Self.bearerAccess(api, token), .unauthorized, code: "unauthorized")
             expectError(try await Self.rpc(api, token), .unauthorized, code: "unauthorized")
         }
