@@ -6,9 +6,11 @@ import Synchronization
 /// Reads the stream as one consumer of the workers' group and keeps up to `concurrency` jobs in flight.
 ///
 /// On start it first replays the entries this consumer name still holds; then it reads new entries and,
-/// every claim interval, takes over entries that a dead or stalled worker has held too long. On graceful
-/// shutdown it stops reading and lets the jobs in flight finish (the service group's grace period bounds
-/// that; jobs cut off then stay pending for other workers).
+/// every claim interval, takes over entries that a dead or stalled worker has held too long. While a job
+/// runs longer than a fraction of the claim idle time, it tells the group the entry is still held, so a
+/// live worker's slow job is never claimed and run a second time. On graceful shutdown it stops reading
+/// and lets the jobs in flight finish (the service group's grace period bounds that; jobs cut off then stay
+/// pending for other workers).
 struct Consumer: Service {
     let queue: ReceiptQueue
     let reader: RedisClient
@@ -24,7 +26,10 @@ struct Consumer: Service {
     func run() async throws {
         let stopping = Atomic<Bool>(false)
         let slots = AsyncSemaphore(slots: self.concurrency)
+        let held = HeldEntries()
         await withGracefulShutdownHandler {
+            // Runs until reading has stopped and the last job has finished, through a graceful shutdown too.
+            let keeper = Task { await self.keepHeld(held) }
             await withDiscardingTaskGroup { group in
                 var lastClaim = ContinuousClock.now
                 var claimCursor = "0-0"
@@ -70,21 +75,67 @@ struct Consumer: Service {
                     }
                     slots.release(free - deliveries.count)
                     for delivery in deliveries {
+                        held.insert(delivery.entryId)
                         group.addTask {
                             await self.processor.process(delivery)
+                            held.remove(delivery.entryId)
                             slots.release()
                         }
                     }
                 }
                 self.logger.info("stopped reading; finishing jobs in flight")
             }
+            keeper.cancel()
         } onGracefulShutdown: {
             stopping.store(true, ordering: .relaxed)
         }
     }
 
+    /// Every ``keepInterval``, renews the entries held longer than that: an entry's idle time then never
+    /// passes about two intervals, half the claim idle time.
+    private func keepHeld(_ held: HeldEntries) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: self.keepInterval)
+            let ids = held.ids(heldLongerThan: self.keepInterval)
+            guard !ids.isEmpty, !Task.isCancelled else { continue }
+            do {
+                // Chunks bound how long one script holds Redis.
+                for start in stride(from: 0, to: ids.count, by: 256) {
+                    try await self.queue.keepHeld(consumer: self.name, entryIds: Array(ids[start..<min(ids.count, start + 256)]))
+                }
+            } catch {
+                self.logger.warning("cannot renew the entries this worker holds", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    private var keepInterval: Duration {
+        .milliseconds(max(1, self.claimMinIdleMilliseconds / 4))
+    }
+
     /// How often to look for entries held too long by others.
     private var claimInterval: Duration {
         .milliseconds(max(1000, min(self.claimMinIdleMilliseconds / 2, 30_000)))
+    }
+}
+
+/// The entries whose jobs run now, with when each was taken.
+final class HeldEntries: Sendable {
+    private let entries = Mutex<[String: ContinuousClock.Instant]>([:])
+
+    func insert(_ entryId: String) {
+        self.entries.withLock { $0[entryId] = .now }
+    }
+
+    func remove(_ entryId: String) {
+        _ = self.entries.withLock { $0.removeValue(forKey: entryId) }
+    }
+
+    /// The entries taken more than `duration` ago, oldest first.
+    func ids(heldLongerThan duration: Duration) -> [String] {
+        let cutoff = ContinuousClock.now - duration
+        return self.entries.withLock { entries in
+            entries.filter { $0.value < cutoff }.sorted { $0.value < $1.value }.map(\.key)
+        }
     }
 }

@@ -91,6 +91,26 @@ struct ResilienceTests {
         }
     }
 
+    @Test("a job slower than the claim idle time stays with the live worker running it: one attempt, never claimed by a peer")
+    func slowJobKept() async throws {
+        try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in
+            let first = try await system.startWorker(name: "e2e-slow-a")
+            let second = try await system.startWorker(name: "e2e-slow-b")
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            // Apple takes 4 s per call: four claim idle times, during which the peer looks for idle entries
+            // every second.
+            let jobs = try await Self.submitCoins(system, publisher, count: 10, emailPrefix: "s", extra: ["latencyMs": 4000])
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
+            for job in jobs {
+                #expect(try await system.job(publisher, job)["attempts"] as? Int == 1, "job \(job) was started again by a peer")
+            }
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 10)
+            for worker in [first, second] {
+                #expect(!worker.log().contains("claimed entries from a silent worker"))
+            }
+        }
+    }
+
     @Test("entries trimmed from the stream while waiting are put back, and every job is granted once")
     func trimmedEntries() async throws {
         try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in

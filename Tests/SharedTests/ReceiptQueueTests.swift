@@ -505,6 +505,41 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("keepHeld restarts the idle time of the entries a consumer still holds; claimed or acknowledged ones are left alone")
+    func keepHeld() async throws {
+        try await Self.withQueue { harness in
+            for _ in 0..<3 { _ = try await harness.queue.enqueue(Fixtures.job(), keyTTLSeconds: Self.ttl) }
+            let held = try await harness.read("worker-a")
+            try #require(held.count == 3)
+            let (kept, claimed, acknowledged) = (held[0].entryId, held[1].entryId, held[2].entryId)
+            try await harness.queue.acknowledge(held[2])
+            // Idle for a second: worker-b takes the second entry (a peer claimed it from a stalled worker-a).
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(50), "the entries to be idle for a second") { () async throws -> Bool? in
+                try await Self.pendingEntry(harness, kept).idle >= 1000 ? true : nil
+            }
+            let taken = try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 1000, cursor: claimed, count: 1)
+            #expect(taken.deliveries.map(\.entryId) == [claimed])
+
+            #expect(try await harness.queue.keepHeld(consumer: "worker-a", entryIds: [kept, claimed, acknowledged]) == 1)
+            let renewed = try await Self.pendingEntry(harness, kept)
+            #expect(renewed.owner == "worker-a")
+            #expect(renewed.idle < 1000, "the idle time starts again (it was over 1,000 ms)")
+            #expect(renewed.deliveries == 1, "JUSTID: renewing is not a delivery")
+            let other = try await Self.pendingEntry(harness, claimed)
+            #expect(other.owner == "worker-b")
+            #expect(other.deliveries == 2)
+            #expect(try await harness.pendingCount() == 2, "the acknowledged entry stays acknowledged")
+            #expect(try await harness.queue.keepHeld(consumer: "worker-a", entryIds: []) == 0)
+        }
+    }
+
+    /// One entry of the group's pending list: who holds it, for how long (ms), delivered how often.
+    static func pendingEntry(_ harness: Harness, _ entryId: String) async throws -> (owner: String, idle: Int, deliveries: Int) {
+        let reply = try await harness.redis.send("XPENDING", harness.keys.stream, harness.keys.group, entryId, entryId, "1")
+        let entry = try #require(reply.array?.first?.array, "\(entryId) is not pending")
+        return (try #require(entry[1].string), try #require(entry[2].int), try #require(entry[3].int))
+    }
+
     @Test("autoclaim reports entries deleted while pending")
     func autoclaimDeleted() async throws {
         try await Self.withQueue { harness in

@@ -219,6 +219,23 @@ enum QueueScripts {
         return restored
         """)
 
+    /// Resets the idle time of the entries a consumer still holds, so that no peer claims them while their
+    /// jobs run longer than the claim idle time (several slow calls to Apple). An entry another consumer
+    /// has claimed meanwhile, or one already acknowledged, is left alone. `JUSTID`: the delivery count
+    /// stays as it is.
+    ///
+    /// KEYS: stream. ARGV: group, consumer, then entry ids. Returns how many entries were kept.
+    static let keepHeld = RedisScript(name: "keep-held", source: """
+        local kept = 0
+        for i = 3, #ARGV do
+          if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2]) > 0 then
+            redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+            kept = kept + 1
+          end
+        end
+        return kept
+        """)
+
     /// Every script, for loading at start.
-    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue, restore]
+    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld]
 }

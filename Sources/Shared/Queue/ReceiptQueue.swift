@@ -184,6 +184,16 @@ public struct ReceiptQueue: Sendable {
         )
     }
 
+    /// Tells the group that `consumer` is still working on these entries (their idle time starts again), so
+    /// no peer's ``autoclaim(consumer:minIdleMilliseconds:cursor:count:)`` takes them; entries it no longer
+    /// holds are skipped. Returns how many it still held.
+    @discardableResult
+    public func keepHeld(consumer: String, entryIds: [String]) async throws -> Int {
+        guard !entryIds.isEmpty else { return 0 }
+        let reply = try await self.redis.run(QueueScripts.keepHeld, keys: [self.keys.stream], arguments: [self.keys.group, consumer] + entryIds)
+        return reply.int ?? 0
+    }
+
     /// Acknowledges an entry with nothing to record (its job is final or gone).
     public func acknowledge(_ delivery: QueueDelivery) async throws {
         async let ack = self.redis.send("XACK", self.keys.stream, self.keys.group, delivery.entryId)
