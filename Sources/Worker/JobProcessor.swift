@@ -44,6 +44,22 @@ struct JobProcessor: Sendable {
             } catch {
                 logger.warning("cannot dead-letter a poison job", metadata: ["error": "\(error)"])
             }
+        case .unreadable(let attempt):
+            // Written by another version of Tollgate (a newer API ahead of this worker): dead-letter it, so an
+            // operator can requeue it once the workers are upgraded, instead of dropping or looping on it.
+            let detail = "unreadable payload (attempt \(attempt)): written by another version of Tollgate? requeue it once the workers are upgraded"
+            do {
+                guard let record = try await self.queue.record(jobId: delivery.jobId) else {
+                    try await self.queue.acknowledge(delivery)
+                    return
+                }
+                try await self.queue.deadLetter(
+                    delivery, record: record, reason: .internal, detail: detail, now: WallClock.nowMilliseconds(), retentionSeconds: self.retentionSeconds
+                )
+                Self.deadLettered(reason: .internal, detail: detail, logger: logger)
+            } catch {
+                logger.warning("cannot dead-letter an unreadable job", metadata: ["error": "\(error)"])
+            }
         case .final(let status):
             logger.debug("job already final; acknowledging replayed entry", metadata: ["status": "\(status.rawValue)"])
             try? await self.queue.acknowledge(delivery)
@@ -121,6 +137,10 @@ struct JobProcessor: Sendable {
 
     private func deadLetter(_ delivery: QueueDelivery, job: ReceiptJob, reason: JobReason, detail: String, now: Int, logger: Logger) async throws {
         try await self.queue.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, retentionSeconds: self.retentionSeconds)
+        Self.deadLettered(reason: reason, detail: detail, logger: logger)
+    }
+
+    private static func deadLettered(reason: JobReason, detail: String, logger: Logger) {
         WorkerMetrics.job(status: .failed, reason: reason)
         logger.warning("failed; dead-lettered", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)"])
     }

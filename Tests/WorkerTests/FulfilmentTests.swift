@@ -27,6 +27,32 @@ struct FulfilmentTests {
         }
     }
 
+    @Test("a job whose payload this version cannot read is dead-lettered internal: not dropped, not put back, no longer pending")
+    func unreadablePayload() async throws {
+        try await WorkerHarness.with { harness in
+            let transaction = ScenarioReceipt.transactionId()
+            let job = try await harness.submit(offerId: "PASS30", transactionId: transaction, receipt: ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "pass30", transactionId: transaction)]
+            ))
+            // What a newer API could write: an app type this version does not know.
+            let key = harness.queue.keys.job(job)
+            let payload = try #require(try await harness.redis.send("HGET", key, "payload").string)
+            let newer = payload.replacingOccurrences(of: #""appType":"ios""#, with: #""appType":"visionos""#)
+            try #require(newer != payload)
+            try await harness.redis.send("HSET", key, "payload", newer)
+
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == .failed)
+            #expect(record.reason == "internal")
+            let letter = try #require(try await harness.queue.deadLetters(limit: 10).first { $0.jobId == job })
+            #expect(letter.detail.contains("unreadable payload"))
+            #expect(try await !harness.queue.hasPendingJob(publisherId: harness.publisher.id, customerEmail: "buyer@example.com", offerId: "PASS30"))
+            // Nothing is left for the restore to put back on the stream.
+            #expect(try await harness.queue.restoreLost(olderThan: WallClock.nowMilliseconds() + 1, now: WallClock.nowMilliseconds()) == 0)
+            #expect(try await harness.redis.send("XLEN", harness.queue.keys.stream).int == 0)
+        }
+    }
+
     @Test("a sandbox receipt is asked again at the sandbox URL (21007) and granted there")
     func sandboxRedirect() async throws {
         let record = try await Self.sandboxPurchase(allowSandbox: true)

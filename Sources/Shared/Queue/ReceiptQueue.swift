@@ -157,9 +157,8 @@ public struct ReceiptQueue: Sendable {
         let parts = reply.array ?? []
         switch parts.first?.string {
         case "ready", "poison":
-            guard parts.count == 4, let attempt = parts[1].int, let payload = parts[2].string,
-                let job = ReceiptJob(json: payload)
-            else { return .missing }
+            guard parts.count == 4, let attempt = parts[1].int, let payload = parts[2].string else { return .missing }
+            guard let job = ReceiptJob(json: payload) else { return .unreadable(attempt: attempt) }
             if parts[0].string == "poison" { return .poison(job, attempt: attempt) }
             return .ready(job, attempt: attempt, acceptedAtMilliseconds: parts[3].int ?? job.acceptedAtMilliseconds)
         case "final":
@@ -229,12 +228,32 @@ public struct ReceiptQueue: Sendable {
     /// Dead-letters a job (status `failed`) and acknowledges its entry; `delivery` is `nil` for a job
     /// that is no longer on the stream.
     public func deadLetter(_ delivery: QueueDelivery?, job: ReceiptJob, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws {
+        try await self.deadLetter(
+            delivery, jobId: job.jobId, customerEmail: job.customerEmail, pendingKey: self.keys.pending(for: job), claimKeys: self.claimKeys(job),
+            reason: reason, detail: detail, now: now, retentionSeconds: retentionSeconds
+        )
+    }
+
+    /// ``deadLetter(_:job:reason:detail:now:retentionSeconds:)`` for a job known only by its status record
+    /// (its payload could not be read). Its transaction's claim, if any, is left to expire.
+    public func deadLetter(_ delivery: QueueDelivery, record: JobRecord, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws {
+        try await self.deadLetter(
+            delivery, jobId: record.jobId, customerEmail: record.customerEmail,
+            pendingKey: self.keys.pending(publisherId: record.publisherId, customerEmail: record.customerEmail, offerId: record.offerId), claimKeys: [],
+            reason: reason, detail: detail, now: now, retentionSeconds: retentionSeconds
+        )
+    }
+
+    private func deadLetter(
+        _ delivery: QueueDelivery?, jobId: String, customerEmail: String, pendingKey: String, claimKeys: [String], reason: JobReason, detail: String,
+        now: Int, retentionSeconds: Int
+    ) async throws {
         try await self.redis.run(
             QueueScripts.deadLetter,
-            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.dead, self.keys.pending(for: job), self.keys.inflight] + self.claimKeys(job),
+            keys: [self.keys.job(jobId), self.keys.stream, self.keys.dead, pendingKey, self.keys.inflight] + claimKeys,
             arguments: [
-                delivery?.entryId ?? "", self.keys.group, job.jobId, reason.rawValue, detail, String(now), String(retentionSeconds),
-                self.keys.accessChannel, job.customerEmail,
+                delivery?.entryId ?? "", self.keys.group, jobId, reason.rawValue, detail, String(now), String(retentionSeconds),
+                self.keys.accessChannel, customerEmail,
             ]
         )
     }

@@ -7,6 +7,9 @@ public enum StartOutcome: Sendable, Equatable {
     case poison(ReceiptJob, attempt: Int)
     /// Already final (a replay after a crash between commit and acknowledgement): just acknowledge.
     case final(JobStatus)
-    /// The job's status is gone (expired) or unreadable: acknowledge and drop the entry.
+    /// The job's status is there but its payload is not one this version can read (written by another
+    /// version): dead-letter it, so that it is neither dropped nor put back forever.
+    case unreadable(attempt: Int)
+    /// The job's status or payload is gone (expired, or already final): acknowledge and drop the entry.
     case missing
 }
