@@ -91,12 +91,13 @@ struct Consumer: Service {
         }
     }
 
-    /// Every ``keepInterval``, renews the entries held longer than that: an entry's idle time then never
+    /// Every keep interval, renews the entries held longer than that: an entry's idle time then never
     /// passes about two intervals, half the claim idle time.
     private func keepHeld(_ held: HeldEntries) async {
+        let interval = Self.keepInterval(claimMinIdleMilliseconds: self.claimMinIdleMilliseconds)
         while !Task.isCancelled {
-            try? await Task.sleep(for: self.keepInterval)
-            let ids = held.ids(heldLongerThan: self.keepInterval)
+            try? await Task.sleep(for: interval)
+            let ids = held.ids(heldLongerThan: interval)
             guard !ids.isEmpty, !Task.isCancelled else { continue }
             do {
                 // Chunks bound how long one script holds Redis.
@@ -109,8 +110,10 @@ struct Consumer: Service {
         }
     }
 
-    private var keepInterval: Duration {
-        .milliseconds(max(1, self.claimMinIdleMilliseconds / 4))
+    /// A quarter of the claim idle time, but at least 10 ms: a claim idle time of a few milliseconds
+    /// (allowed, if unwise) must not turn the renewal into a loop that wakes every millisecond.
+    static func keepInterval(claimMinIdleMilliseconds: Int) -> Duration {
+        .milliseconds(max(10, claimMinIdleMilliseconds / 4))
     }
 
     /// How often to look for entries held too long by others.
