@@ -99,6 +99,107 @@ struct AppleRulesRefundTests {
         }
     }
 
+    /// A subscription's periods: the original purchase and `count - 1` renewals of 30 days each, the last
+    /// one ending `lastEnds` from now.
+    private static func periods(_ count: Int, lastEnds: Int64, cancelled: [Int: Int64] = [:]) -> [ScenarioEntry] {
+        let first = ScenarioReceipt.transactionId()
+        return (0..<count).map { index in
+            let end = Millis.now + lastEnds - Int64(count - 1 - index) * 30 * Millis.day
+            return ScenarioEntry(
+                "monthly", index == 0 ? first : ScenarioReceipt.transactionId(), original: first, purchase: end - 30 * Millis.day,
+                expires: end, cancelled: cancelled[index]
+            )
+        }
+    }
+
+    private static func withPeriods(_ entries: [ScenarioEntry], cancelled: [Int: Int64]) -> [ScenarioEntry] {
+        entries.enumerated().map { index, entry in
+            var entry = entry
+            entry.cancellationDateMs = cancelled[index] ?? entry.cancellationDateMs
+            return entry
+        }
+    }
+
+    @Test("a refunded renewal that the grant counted takes back the access it gave, though the grant was for the original purchase")
+    func refundedRenewalCountedByGrant() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            _ = try await Self.addProduct(.autoRenewable, to: harness)
+            // Submitted with the original purchase; Apple lists its two renewals, the last one current.
+            let entries = Self.periods(3, lastEnds: 25 * Millis.day)
+            let original = entries[0].transactionId
+            let granted = try await harness.workUntilFinal(try await harness.submit(
+                offerId: "MONTHLY", transactionId: original, receipt: ScenarioReceipt.make(bundleId: Self.bundle, entries: entries)
+            ))
+            #expect(granted.status == .granted)
+            #expect(try await harness.access("MONTHLY").expiresAt.map(Millis.of) == entries[2].expiresDateMs)
+
+            // The current renewal is refunded; the customer's app submits its receipt again.
+            let cancelledAt = Millis.now - 1000
+            let refunded = ScenarioReceipt.make(bundleId: Self.bundle, entries: Self.withPeriods(entries, cancelled: [2: cancelledAt]))
+            _ = try await harness.workUntilFinal(try await harness.inject(offerId: "MONTHLY", transactionId: original, receipt: refunded))
+            #expect(try await harness.access("MONTHLY").granted == false, "the refunded period's access is taken back")
+            let revoked = try #require(try await harness.entitlements().first { $0.offerId == "MONTHLY" })
+            #expect(Millis.of(revoked.revokedAt) == cancelledAt)
+            #expect(try await harness.ledgerRow(entries[2].transactionId)?.state == "invalidated")
+        }
+    }
+
+    @Test("a refunded period with a later period still paid for leaves the access until the later period ends")
+    func refundedPeriodLaterStillPaid() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            _ = try await Self.addProduct(.autoRenewable, to: harness)
+            let entries = Self.periods(3, lastEnds: 25 * Millis.day)
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: entries)
+            let granted = try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: entries[2].transactionId, receipt: receipt))
+            #expect(granted.status == .granted)
+
+            // The middle period is refunded; the current one is not.
+            let refunded = ScenarioReceipt.make(bundleId: Self.bundle, entries: Self.withPeriods(entries, cancelled: [1: Millis.now - 1000]))
+            _ = try await harness.workUntilFinal(try await harness.inject(offerId: "MONTHLY", transactionId: entries[2].transactionId, receipt: refunded))
+            let access = try await harness.access("MONTHLY")
+            #expect(access.granted, "the current period is still paid for")
+            #expect(access.expiresAt.map(Millis.of) == entries[2].expiresDateMs)
+            #expect(try await harness.ledgerRow(entries[1].transactionId)?.state == "invalidated")
+        }
+    }
+
+    @Test("a refund already applied, seen again, does not take away the subscription bought again since")
+    func oldRefundAfterResubscription() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            _ = try await Self.addProduct(.autoRenewable, to: harness)
+            let now = Millis.now
+            let first = ScenarioReceipt.transactionId()
+            let bought = ScenarioEntry("monthly", first, original: first, purchase: now - 10 * Millis.day, expires: now + 20 * Millis.day)
+            #expect(try await harness.workUntilFinal(try await harness.submit(
+                offerId: "MONTHLY", transactionId: first, receipt: ScenarioReceipt.make(bundleId: Self.bundle, entries: [bought])
+            )).status == .granted)
+
+            // Refunded, and the refund applied.
+            var refundedEntry = bought
+            refundedEntry.cancellationDateMs = now - 5 * Millis.day
+            let refunded = ScenarioReceipt.make(bundleId: Self.bundle, entries: [refundedEntry])
+            #expect(try await harness.workUntilFinal(try await harness.inject(offerId: "MONTHLY", transactionId: first, receipt: refunded)).reason == "refunded")
+            #expect(try await harness.access("MONTHLY").granted == false)
+
+            // Bought again: a new period of the same subscription.
+            let again = ScenarioReceipt.transactionId()
+            let resubscribed = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                refundedEntry, ScenarioEntry("monthly", again, original: first, purchase: now - 1000, expires: now + 30 * Millis.day),
+            ])
+            #expect(try await harness.workUntilFinal(try await harness.inject(offerId: "MONTHLY", transactionId: again, receipt: resubscribed)).status == .granted)
+            #expect(try await harness.access("MONTHLY").granted)
+
+            // The old refunded receipt comes in once more (a restore, a resubmission after the dedup window).
+            #expect(try await harness.workUntilFinal(try await harness.inject(offerId: "MONTHLY", transactionId: first, receipt: refunded)).reason == "refunded")
+            let access = try await harness.access("MONTHLY")
+            #expect(access.granted, "the period bought again is paid for")
+            #expect(access.expiresAt.map(Millis.of) == now + 30 * Millis.day)
+        }
+    }
+
     /// Where the refund of a consumable is learnt.
     enum RefundSource: String, CaseIterable, Sendable {
         case nextPurchase, resubmission

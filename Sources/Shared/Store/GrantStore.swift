@@ -107,8 +107,17 @@ public struct GrantStore: Sendable {
             )
             expiresAt = end.date
         }
-        try await session.pipeline([
-            write,
+        // The other periods the expiry counted become ledger rows too (after the write, so `fulfilled`):
+        // a later refund of one of them then finds what it has to take back.
+        let counted = request.product.kind == .autoRenewable
+            ? request.renewals.filter { !$0.isCancelled && $0.transactionId != transaction.transactionId } : []
+        let renewals = counted.map {
+            Self.renewalStatement(
+                $0, owner: job.customerEmail, product: request.product, publisherId: job.publisherId, appId: request.app.id,
+                environment: request.environment, receiptData: job.receiptData, verifiedAt: request.verifiedAt
+            )
+        }
+        try await session.pipeline([write] + renewals + [
             (
                 "UPDATE transactions SET state = 'fulfilled', fulfilled_at = now(), granted_until = $2, last_error = NULL WHERE id = $1",
                 [ledger.id, expiresAt]
@@ -178,7 +187,11 @@ public struct GrantStore: Sendable {
             let end = Self.date(max(latest, evidence.gracePeriodEnds[original] ?? latest))
             try await Self.lock(publisherId: evidence.publisherId, customerEmail: customer, offerId: product.offerId, session: session)
             for entry in entries {
-                try await Self.recordRenewal(entry, owner: customer, product: product, evidence: evidence, session: session)
+                let (sql, parameters) = Self.renewalStatement(
+                    entry, owner: customer, product: product, publisherId: evidence.publisherId, appId: evidence.appId,
+                    environment: evidence.environment, receiptData: evidence.job.receiptData, verifiedAt: evidence.verifiedAt
+                )
+                try await session.query(sql, parameters)
             }
             extended += try await session.query(
                 """
@@ -207,10 +220,11 @@ public struct GrantStore: Sendable {
     /// owner holds an unrevoked entitlement to the offer (which the extension below carries forward), and
     /// only `verified` otherwise (a subscription that lapsed, or was refunded, and was bought again): the
     /// owner's own job for it then grants it in full, instead of finding it done.
-    private static func recordRenewal(
-        _ entry: AppleTransaction, owner: String, product: Product, evidence: Evidence, session: PostgresSession
-    ) async throws {
-        try await session.query(
+    private static func renewalStatement(
+        _ entry: AppleTransaction, owner: String, product: Product, publisherId: UUID, appId: UUID, environment: String,
+        receiptData: String, verifiedAt: Date
+    ) -> (String, [any PostgresEncodable]) {
+        (
             """
             INSERT INTO transactions (
                 publisher_id, app_id, product_ref, transaction_id, original_transaction_id, product_id, customer_email,
@@ -228,9 +242,9 @@ public struct GrantStore: Sendable {
             ON CONFLICT (app_id, transaction_id) DO NOTHING
             """,
             [
-                evidence.publisherId, evidence.appId, product.id, entry.transactionId, entry.originalTransactionId, entry.productId,
-                owner, product.offerId, evidence.environment, String?.none, ReceiptDigest.hex(of: evidence.job.receiptData),
-                entry.purchaseDateMilliseconds.map(Self.date), entry.expiresDateMilliseconds.map(Self.date), evidence.verifiedAt,
+                publisherId, appId, product.id, entry.transactionId, entry.originalTransactionId, entry.productId,
+                owner, product.offerId, environment, String?.none, ReceiptDigest.hex(of: receiptData),
+                entry.purchaseDateMilliseconds.map(Self.date), entry.expiresDateMilliseconds.map(Self.date), verifiedAt,
             ]
         )
     }
@@ -338,7 +352,8 @@ public struct GrantStore: Sendable {
     }
 
     /// Withdraws what a refunded transaction gave: the entitlement it (or a later period of the same
-    /// purchase) granted ends at the cancellation, its coins are reversed, its ledger row is invalidated.
+    /// purchase) granted ends at the cancellation, unless another period of the same subscription, still
+    /// paid for, ends later; its coins are reversed, its ledger row is invalidated.
     /// A non-renewing pass gave its days to a stack: the stack is recomputed without it.
     private static func revoke(ledgerId: Int64, cancelledAt: Date, session: PostgresSession) async throws {
         let cancelled = try await session.query(
@@ -356,14 +371,26 @@ public struct GrantStore: Sendable {
                 )
             }
         } else {
+            // A subscription is paid for period by period: one refunded period takes away the access only
+            // when no other period of it, still paid for, ends after the refund (a later renewal, or the
+            // same subscription bought again). Otherwise the access ends with the latest such period.
+            let subscription = try cancelled?.decode(String?.self, "kind") == ProductKind.autoRenewable.rawValue
             try await session.query(
                 """
-                UPDATE entitlements e SET revoked_at = $2, updated_at = now()
-                FROM transactions granting, transactions cancelled
+                UPDATE entitlements e SET
+                    revoked_at = CASE WHEN kept.until > $2 THEN NULL ELSE $2 END,
+                    expires_at = CASE WHEN kept.until > $2 THEN kept.until ELSE e.expires_at END,
+                    updated_at = now()
+                FROM transactions granting, transactions cancelled, LATERAL (
+                    SELECT max(other.expires_date) AS until FROM transactions other
+                    WHERE $3::boolean AND other.app_id = cancelled.app_id AND other.original_transaction_id = cancelled.original_transaction_id
+                      AND other.customer_email = cancelled.customer_email AND other.id <> cancelled.id
+                      AND other.cancellation_date IS NULL
+                ) kept
                 WHERE cancelled.id = $1 AND granting.id = e.granted_by AND granting.app_id = cancelled.app_id
                   AND granting.original_transaction_id = cancelled.original_transaction_id AND e.revoked_at IS NULL
                 """,
-                [ledgerId, cancelledAt]
+                [ledgerId, cancelledAt, subscription]
             )
         }
         try await session.query(
