@@ -105,12 +105,14 @@ struct JobProcessor: Sendable {
                 // A verdict's own limit counts the attempts that ended with that same answer (21002 three
                 // times), not every attempt: timeouts before it must not use it up.
                 let due = now + self.retry.delay(afterAttempt: attempt)
-                if self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt),
-                    try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0) }) {
+                let allowed = self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt)
+                if allowed, try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0) }) {
                     WorkerMetrics.job(status: .retrying, reason: reason)
                     logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(due - now)"])
                 } else {
-                    switch exhausted {
+                    // Only the answer's own limit makes its end final (21002 three times: rejected). Out of the
+                    // policy's attempts or age first, the answer was never believed: failed, to be requeued.
+                    switch allowed ? exhausted : .failed(reason) {
                     case .rejected(let final):
                         try await self.finishRejected(delivery, job: job, reason: final, environment: nil, expiresAt: nil, now: now, logger: logger)
                     case .failed(let final):

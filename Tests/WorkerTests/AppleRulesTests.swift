@@ -102,6 +102,23 @@ struct AppleRulesTests {
         }
     }
 
+    @Test("out of the policy's attempts before 21002's own three: failed apple_unavailable, for an operator to requeue, not rejected")
+    func policyEndsBeforeTheAnswersOwnLimit() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4)) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            // An Apple incident: two 503s, then 21002, which Apple also answers for good receipts in outages.
+            let record = try await harness.purchase(
+                Self.bundle, productId: "premium", offerId: "PREMIUM", extra: ["status": 21002, "fail": ["count": 2, "mode": "http503"]]
+            )
+            #expect(record.status == .failed)
+            #expect(record.reason == "apple_unavailable")
+            #expect(record.attempts == 4, "two 503s, then two 21002s")
+            #expect(try await harness.queue.deadLetters(limit: 100).contains { $0.jobId == record.jobId }, "a dead letter, so it can be requeued")
+            try await harness.expectNothingGranted()
+        }
+    }
+
     @Test("21006: a valid receipt with an expired subscription is rejected expired, reporting the subscription's greatest expiry")
     func expiredSubscription() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
