@@ -450,7 +450,8 @@ struct ReceiptQueueTests {
             #expect(before > 0)
 
             let requeued = try await harness.queue.requeue(
-                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, now: WallClock.nowMilliseconds()
+                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, now: WallClock.nowMilliseconds(),
+                keyTTLSeconds: Self.ttl
             )
             #expect(requeued == .requeued)
             let record = try #require(try await harness.queue.record(jobId: job.jobId))
@@ -465,11 +466,12 @@ struct ReceiptQueueTests {
             #expect(try await harness.redis.send("TTL", harness.keys.job(job.jobId)) == .integer(-1), "a live job does not expire")
 
             let second = try await harness.queue.requeue(
-                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, now: WallClock.nowMilliseconds()
+                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, now: WallClock.nowMilliseconds(),
+                keyTTLSeconds: Self.ttl
             )
             #expect(second == .notFailed(.queued))
             #expect(try await harness.xlen() == 1)
-            #expect(try await harness.queue.requeue(jobId: "nope", publisherId: job.publisherId, customerEmail: "x", offerId: "y", now: 0) == .missing)
+            #expect(try await harness.queue.requeue(jobId: "nope", publisherId: job.publisherId, customerEmail: "x", offerId: "y", now: 0, keyTTLSeconds: Self.ttl) == .missing)
 
             // The requeued job starts again from attempt 1.
             let again = try #require(try await harness.read("worker-b").first)
@@ -478,6 +480,43 @@ struct ReceiptQueueTests {
                 return
             }
             #expect(attempt == 1)
+        }
+    }
+
+    @Test("requeue takes the submission's dedup key and its transaction's claim again, unless another job or customer holds them")
+    func requeueRetakesKeys() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(transactionId: Fixtures.transactionId())
+            let claim = harness.keys.claim(publisherId: job.publisherId, transactionId: try #require(job.transactionId))
+            let delivery = try await harness.enqueueAndStart(job)
+            try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
+            #expect(try await harness.redis.send("GET", claim) == .null, "a failed job gives up its transaction")
+            // Meanwhile the dedup key expired.
+            try await harness.redis.send("DEL", harness.keys.dedup(for: job))
+
+            let requeued = try await harness.queue.requeue(
+                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId,
+                now: WallClock.nowMilliseconds(), keyTTLSeconds: Self.ttl
+            )
+            #expect(requeued == .requeued)
+            let other = Fixtures.job(publisherId: job.publisherId, customerEmail: "someone-else@example.com", transactionId: job.transactionId)
+            #expect(try await harness.queue.enqueue(other, keyTTLSeconds: Self.ttl) == .alreadyClaimed, "the transaction is the requeued job's again")
+            let again = Fixtures.job(publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, transactionId: job.transactionId)
+            #expect(try await harness.queue.enqueue(again, keyTTLSeconds: Self.ttl) == .duplicate(jobId: job.jobId, status: .queued))
+            let ttl = try #require(try await harness.redis.send("TTL", claim).int)
+            #expect((1...Self.ttl).contains(ttl))
+
+            // A claim another customer took while the job was dead is left to them.
+            let second = Fixtures.job(publisherId: job.publisherId, transactionId: Fixtures.transactionId())
+            let secondClaim = harness.keys.claim(publisherId: second.publisherId, transactionId: try #require(second.transactionId))
+            let secondDelivery = try await harness.enqueueAndStart(second)
+            try await harness.queue.deadLetter(secondDelivery, job: second, reason: .internal, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
+            try await harness.redis.send("SET", secondClaim, "someone-else@example.com")
+            _ = try await harness.queue.requeue(
+                jobId: second.jobId, publisherId: second.publisherId, customerEmail: second.customerEmail, offerId: second.offerId,
+                now: WallClock.nowMilliseconds(), keyTTLSeconds: Self.ttl
+            )
+            #expect(try await harness.redis.send("GET", secondClaim).string == "someone-else@example.com")
         }
     }
 

@@ -165,10 +165,13 @@ enum QueueScripts {
         """)
 
     /// Put a failed job back on the stream with fresh attempts (the per-answer counts of `retry` too); a
-    /// second call finds it no longer failed.
+    /// second call finds it no longer failed. The submission's dedup key and its transaction's claim (given
+    /// up when the job failed) are taken again for another key TTL, unless they name another job or customer
+    /// by now: the requeued job is again what the API answers for them.
     ///
-    /// KEYS: job, stream, dead, pending, inflight. ARGV: jobId, now, access channel. Returns {'requeued'} | {'missing'} |
-    /// {'not_failed', status}.
+    /// KEYS: job, stream, dead, pending, inflight, and, when the payload can be read, dedup and claim (when
+    /// the job has a transaction id). ARGV: jobId, now, access channel, customer, key TTL (s). Returns
+    /// {'requeued'} | {'missing'} | {'not_failed', status}.
     static let requeue = RedisScript(name: "requeue", source: """
         local status = redis.call('HGET', KEYS[1], 'status')
         if not status then return {'missing'} end
@@ -186,6 +189,15 @@ enum QueueScripts {
         redis.call('HSET', KEYS[1], 'entry', entry)
         redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
         redis.call('SADD', KEYS[4], ARGV[1])
+        redis.call('EXPIRE', KEYS[4], ARGV[5])
+        if KEYS[6] then
+          local holder = redis.call('GET', KEYS[6])
+          if not holder or holder == ARGV[1] then redis.call('SET', KEYS[6], ARGV[1], 'EX', ARGV[5]) end
+        end
+        if KEYS[7] then
+          local owner = redis.call('GET', KEYS[7])
+          if not owner or owner == ARGV[4] then redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[5]) end
+        end
         redis.call('PUBLISH', ARGV[3], KEYS[4])
         return {'requeued'}
         """)

@@ -281,14 +281,19 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// Puts a failed job back on the stream with fresh attempts.
-    public func requeue(jobId: String, publisherId: UUID, customerEmail: String, offerId: String, now: Int) async throws -> RequeueOutcome {
+    public func requeue(
+        jobId: String, publisherId: UUID, customerEmail: String, offerId: String, now: Int, keyTTLSeconds: Int
+    ) async throws -> RequeueOutcome {
+        var keys = [
+            self.keys.job(jobId), self.keys.stream, self.keys.dead,
+            self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId), self.keys.inflight,
+        ]
+        // The submission's own keys come from its payload; one this version cannot read is requeued without them.
+        if let payload = try await self.redis.send("HGET", self.keys.job(jobId), "payload").string, let job = ReceiptJob(json: payload) {
+            keys += [self.keys.dedup(for: job)] + self.claimKeys(job)
+        }
         let reply = try await self.redis.run(
-            QueueScripts.requeue,
-            keys: [
-                self.keys.job(jobId), self.keys.stream, self.keys.dead,
-                self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId), self.keys.inflight,
-            ],
-            arguments: [jobId, String(now), self.keys.accessChannel]
+            QueueScripts.requeue, keys: keys, arguments: [jobId, String(now), self.keys.accessChannel, customerEmail, String(keyTTLSeconds)]
         )
         let parts = reply.array ?? []
         switch parts.first?.string {
