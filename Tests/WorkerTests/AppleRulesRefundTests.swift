@@ -112,6 +112,19 @@ struct AppleRulesRefundTests {
         }
     }
 
+    /// A monthly subscription of three periods, the last one current, granted from a receipt listing all
+    /// three and submitted with the period at `index`.
+    private static func grantedSubscription(submitting index: Int, harness: WorkerHarness) async throws -> [ScenarioEntry] {
+        try await harness.app(Self.bundle)
+        _ = try await Self.addProduct(.autoRenewable, to: harness)
+        let entries = Self.periods(3, lastEnds: 25 * Millis.day)
+        let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: entries)
+        let granted = try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: entries[index].transactionId, receipt: receipt))
+        #expect(granted.status == .granted)
+        #expect(try await harness.access("MONTHLY").expiresAt.map(Millis.of) == entries[2].expiresDateMs)
+        return entries
+    }
+
     private static func withPeriods(_ entries: [ScenarioEntry], cancelled: [Int: Int64]) -> [ScenarioEntry] {
         entries.enumerated().map { index, entry in
             var entry = entry
@@ -123,16 +136,9 @@ struct AppleRulesRefundTests {
     @Test("a refunded renewal that the grant counted takes back the access it gave, though the grant was for the original purchase")
     func refundedRenewalCountedByGrant() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            _ = try await Self.addProduct(.autoRenewable, to: harness)
             // Submitted with the original purchase; Apple lists its two renewals, the last one current.
-            let entries = Self.periods(3, lastEnds: 25 * Millis.day)
+            let entries = try await Self.grantedSubscription(submitting: 0, harness: harness)
             let original = entries[0].transactionId
-            let granted = try await harness.workUntilFinal(try await harness.submit(
-                offerId: "MONTHLY", transactionId: original, receipt: ScenarioReceipt.make(bundleId: Self.bundle, entries: entries)
-            ))
-            #expect(granted.status == .granted)
-            #expect(try await harness.access("MONTHLY").expiresAt.map(Millis.of) == entries[2].expiresDateMs)
 
             // The current renewal is refunded; the customer's app submits its receipt again.
             let cancelledAt = Millis.now - 1000
@@ -148,12 +154,7 @@ struct AppleRulesRefundTests {
     @Test("a refunded period with a later period still paid for leaves the access until the later period ends")
     func refundedPeriodLaterStillPaid() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            _ = try await Self.addProduct(.autoRenewable, to: harness)
-            let entries = Self.periods(3, lastEnds: 25 * Millis.day)
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: entries)
-            let granted = try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: entries[2].transactionId, receipt: receipt))
-            #expect(granted.status == .granted)
+            let entries = try await Self.grantedSubscription(submitting: 2, harness: harness)
 
             // The middle period is refunded; the current one is not.
             let refunded = ScenarioReceipt.make(bundleId: Self.bundle, entries: Self.withPeriods(entries, cancelled: [1: Millis.now - 1000]))

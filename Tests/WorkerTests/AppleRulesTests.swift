@@ -87,34 +87,34 @@ struct AppleRulesTests {
         }
     }
 
-    @Test("21002's three tries count only 21002 answers: timeouts before them (an Apple incident) do not use them up")
-    func limitCountsItsOwnAnswers() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 10)) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let record = try await harness.purchase(
-                Self.bundle, productId: "premium", offerId: "PREMIUM", extra: ["status": 21002, "fail": ["count": 3, "mode": "http503"]]
-            )
-            #expect(record.status == .rejected)
-            #expect(record.reason == "invalid_receipt")
-            #expect(record.attempts == 6, "three 503s, then three 21002s")
-            try await harness.expectNothingGranted()
-        }
+    /// An Apple incident: `outage` 503s, then 21002, which Apple also answers for good receipts in outages.
+    struct Incident: Sendable, CustomTestStringConvertible {
+        let policyAttempts: Int
+        let outage: Int
+        let status: JobStatus
+        let reason: String
+        let attempts: Int
+        var testDescription: String { "\(self.outage) 503s, \(self.policyAttempts) attempts allowed: \(self.status.rawValue) \(self.reason)" }
     }
 
-    @Test("out of the policy's attempts before 21002's own three: failed apple_unavailable, for an operator to requeue, not rejected")
-    func policyEndsBeforeTheAnswersOwnLimit() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4)) { harness in
+    @Test(
+        "21002's three tries count only 21002 answers (timeouts before them do not use them up); out of the policy's attempts first, the job is failed, for an operator to requeue, not rejected",
+        arguments: [
+            Incident(policyAttempts: 10, outage: 3, status: .rejected, reason: "invalid_receipt", attempts: 6),
+            Incident(policyAttempts: 4, outage: 2, status: .failed, reason: "apple_unavailable", attempts: 4),
+        ]
+    )
+    func limitCountsItsOwnAnswers(_ incident: Incident) async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: incident.policyAttempts)) { harness in
             try await harness.app(Self.bundle)
             try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            // An Apple incident: two 503s, then 21002, which Apple also answers for good receipts in outages.
             let record = try await harness.purchase(
-                Self.bundle, productId: "premium", offerId: "PREMIUM", extra: ["status": 21002, "fail": ["count": 2, "mode": "http503"]]
+                Self.bundle, productId: "premium", offerId: "PREMIUM", extra: ["status": 21002, "fail": ["count": incident.outage, "mode": "http503"]]
             )
-            #expect(record.status == .failed)
-            #expect(record.reason == "apple_unavailable")
-            #expect(record.attempts == 4, "two 503s, then two 21002s")
-            #expect(try await harness.queue.deadLetters(limit: 100).contains { $0.jobId == record.jobId }, "a dead letter, so it can be requeued")
+            #expect(record.status == incident.status)
+            #expect(record.reason == incident.reason)
+            #expect(record.attempts == incident.attempts)
+            #expect(try await harness.queue.deadLetters(limit: 100).contains { $0.jobId == record.jobId } == (incident.status == .failed))
             try await harness.expectNothingGranted()
         }
     }
