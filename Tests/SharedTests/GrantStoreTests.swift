@@ -426,7 +426,9 @@ struct GrantStoreTests {
             // Bought again in the same group: the same original transaction. The answer's evidence runs first.
             let again = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(29 * Self.day))
             _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, again]))
-            #expect(try await world.ledger(again.transactionId) == ["verified"])
+            // A lapse granted nothing, so nobody owns the subscription and the evidence records the period for
+            // no one; a refund leaves it its owner's, recorded but not yet granted.
+            #expect(try await world.ledger(again.transactionId) == (history == "lapsed" ? [] : ["verified"]))
             let end = Self.date(again.expiresDateMilliseconds)
             #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, again, renewals: [first, again])) == .granted(expiresAt: end))
             let access = try await world.access("a@example.com", world.subscription)

@@ -98,6 +98,57 @@ struct AppleRulesClaimTests {
         }
     }
 
+    @Test("a lapsed subscription checked by one customer claims nothing: the next customer who buys it again is granted")
+    func lapsedSubscriptionNotClaimed() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+            let now = Millis.now
+            let original = ScenarioReceipt.transactionId()
+            let lapsed = ScenarioEntry("monthly", original, original: original, purchase: now - 40 * Millis.day, expires: now - 10 * Millis.day)
+            let checked = try await harness.workUntilFinal(try await harness.inject(
+                offerId: "MONTHLY", transactionId: original, receipt: ScenarioReceipt.make(bundleId: Self.bundle, entries: [lapsed])
+            ))
+            #expect(checked.status == .rejected)
+            #expect(checked.reason == "expired")
+            #expect(try await harness.count("claims") == 0, "nothing was granted, so nothing is claimed")
+
+            // The same Apple ID subscribes again (same original transaction), from another customer's account.
+            let renewal = ScenarioReceipt.transactionId()
+            let resubscribed = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                lapsed, ScenarioEntry("monthly", renewal, original: original, purchase: now - Millis.day, expires: now + 29 * Millis.day),
+            ])
+            let bought = try await harness.workUntilFinal(
+                try await harness.inject(email: WorkerHarness.other, offerId: "MONTHLY", transactionId: renewal, receipt: resubscribed)
+            )
+            #expect(bought.status == .granted)
+            #expect(try await harness.access("MONTHLY", email: WorkerHarness.other).granted)
+            #expect(try await harness.access("MONTHLY", email: WorkerHarness.buyer).granted == false)
+        }
+    }
+
+    @Test("a refunded purchase checked by one customer claims nothing: another customer is told refunded, not already_claimed")
+    func refundedNotClaimed() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                ScenarioEntry("premium", transaction, original: transaction, purchase: Millis.now - 5 * Millis.day, cancelled: Millis.now - Millis.day),
+            ])
+            for email in [WorkerHarness.buyer, WorkerHarness.other] {
+                let record = try await harness.workUntilFinal(
+                    try await harness.inject(email: email, offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+                )
+                #expect(record.status == .rejected)
+                #expect(record.reason == "refunded", "\(email)")
+                #expect(try await harness.count("claims") == 0)
+            }
+            #expect(try await harness.entitlements().isEmpty)
+            #expect(try await harness.ledger().map(\.state) == ["invalidated"], "the refund is kept in the ledger")
+        }
+    }
+
     @Test("two customers racing for one transaction: exactly one is granted, the other already_claimed", arguments: 0..<3)
     func race(_ round: Int) async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in

@@ -45,13 +45,20 @@ public struct GrantStore: Sendable {
                     INSERT INTO claims (publisher_id, claim_key, customer_email) VALUES ($1, $2, $3)
                     ON CONFLICT DO NOTHING RETURNING customer_email
                 )
-                SELECT customer_email FROM attempt UNION ALL SELECT customer_email FROM claims WHERE publisher_id = $1 AND claim_key = $2
+                SELECT customer_email, true AS created FROM attempt
+                UNION ALL SELECT customer_email, false FROM claims WHERE publisher_id = $1 AND claim_key = $2
                 """,
                 [job.publisherId, claimKey, job.customerEmail]
             ),
             Self.recordVerifiedStatement(request, claimKey: claimKey),
         ])
         var owner = try opened[2].first?.decode(String.self, "customer_email")
+        let claimCreated = try opened[2].first?.decode(Bool.self, "created") ?? false
+        // A purchase belongs to the first customer it was *granted* to: a claim this attempt took is given
+        // back, in the same transaction, when it grants nothing (a refund, an expired subscription). Else a
+        // lapsed subscription checked by one customer would refuse everyone who buys it again later.
+        let releaseClaim: [(String, [any PostgresEncodable])] = claimCreated
+            ? [("DELETE FROM claims WHERE publisher_id = $1 AND claim_key = $2", [job.publisherId, claimKey])] : []
         if owner == nil {
             // The insert waited for a concurrent grant of the same claim (another offer's lock) and did
             // nothing; the statement's snapshot predates that commit. A new statement sees it.
@@ -70,7 +77,7 @@ public struct GrantStore: Sendable {
         if transaction.isCancelled || ledger.cancelled {
             let cancelledAt = ledger.cancelledAt ?? transaction.cancellationDateMilliseconds.map(Self.date) ?? request.verifiedAt
             try await Self.revoke(ledgerId: ledger.id, cancelledAt: cancelledAt, session: session)
-            try await session.query("COMMIT")
+            try await session.pipeline(releaseClaim + [("COMMIT", [])])
             return .refunded
         }
         if ledger.state == "fulfilled" {
@@ -92,7 +99,7 @@ public struct GrantStore: Sendable {
             expiresAt = nil
         case .nonConsumable, .nonRenewing, .autoRenewable:
             guard let end = Self.newExpiry(request: request, current: ledger.entitlement) else {
-                try await session.pipeline([Self.invalidateStatement(ledgerId: ledger.id, reason: JobReason.expired.rawValue), ("COMMIT", [])])
+                try await session.pipeline([Self.invalidateStatement(ledgerId: ledger.id, reason: JobReason.expired.rawValue)] + releaseClaim + [("COMMIT", [])])
                 return .expired(expiresAt: Self.subscriptionEnd(request).map { Date(timeIntervalSince1970: Double($0) / 1000) })
             }
             write = (
