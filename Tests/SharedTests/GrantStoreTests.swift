@@ -147,6 +147,22 @@ struct GrantStoreTests {
             #expect(record.environment == "Production")
             #expect(try await world.access.jobOutcome(jobId: request.job.jobId, publisherId: UUID()) == nil)
             #expect(try await world.access.jobOutcome(jobId: "unknown", publisherId: world.publisher.id) == nil)
+
+            // A refund found later takes the coins back but does not rewrite the job: `granted` is final.
+            var refunded = transaction
+            refunded.cancellationDateMilliseconds = Self.ms(Date())
+            #expect(try await world.grants.grant(world.request("a@example.com", world.coins, refunded)) == .refunded)
+            #expect(try await world.balance("a@example.com") == 0)
+            #expect(try await world.access.jobOutcome(jobId: request.job.jobId, publisherId: world.publisher.id)?.status == .granted)
+
+            // A job whose own check found the refund was rejected.
+            var never = AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            never.cancellationDateMilliseconds = Self.ms(Date())
+            let rejected = world.request("a@example.com", world.coins, never)
+            #expect(try await world.grants.grant(rejected) == .refunded)
+            let outcome = try #require(try await world.access.jobOutcome(jobId: rejected.job.jobId, publisherId: world.publisher.id))
+            #expect(outcome.status == .rejected)
+            #expect(outcome.reason == "refunded")
         }
     }
 

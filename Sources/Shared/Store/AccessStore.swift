@@ -31,16 +31,19 @@ public struct AccessStore: Sendable {
     }
 
     /// A finished job's outcome from the ledger, for when its Redis status has expired (retention).
+    /// A job that granted stays `granted` after a later refund (a final status never changes; the refund
+    /// shows in the access status); one whose own check found nothing to grant is `rejected`.
     public func jobOutcome(jobId: String, publisherId: UUID) async throws -> JobRecord? {
         guard let row = try await self.database.query(
             """
-            SELECT state, last_error, environment, customer_email, offer_id, granted_until FROM transactions
+            SELECT fulfilled_at IS NOT NULL AS fulfilled, last_error, environment, customer_email, offer_id, granted_until
+            FROM transactions
             WHERE job_id = $1 AND publisher_id = $2 AND state IN ('fulfilled', 'invalidated')
             ORDER BY id LIMIT 1
             """,
             [jobId, publisherId]
         ).first else { return nil }
-        let fulfilled = try row.decode(String.self, "state") == "fulfilled"
+        let fulfilled = try row.decode(Bool.self, "fulfilled")
         return JobRecord(
             jobId: jobId, publisherId: publisherId, status: fulfilled ? .granted : .rejected,
             // The ledger keeps no attempt count; a job with a ledger row was verified at least once.
