@@ -164,7 +164,7 @@ struct AdminController {
         }
         let bundleId = try Self.identifier(json.requiredString("bundleId"), field: "bundleId")
         let productId = try Self.identifier(json.requiredString("productId"), field: "productId")
-        let offerId = try json.string("offerId").map { try FieldRules.offerId($0) }
+        let offerId = try json.string("offerId").map { try FieldRules.offerId($0) } ?? Self.defaultOfferId(productId)
         let kindText = try json.requiredString("kind")
         guard let kind = ProductKind(rawValue: kindText) else {
             throw APIError.invalid("kind", code: "invalid_kind", "kind must be consumable, non_consumable, auto_renewable or non_renewing")
@@ -207,9 +207,19 @@ struct AdminController {
             let existing = try await self.services.catalog.product(id: id)
         else { throw APIError.notFound }
         let json = try await JSONObject.read(request)
+        // What identifies a product (and the grants made under it) is fixed; sending it back unchanged is fine.
+        for (field, current) in [
+            ("publisherId", existing.publisherId.lowercasedString), ("bundleId", existing.bundleId), ("productId", existing.productId),
+            ("offerId", existing.offerId), ("kind", existing.kind.rawValue),
+        ] {
+            guard let sent = try json.string(field), (field == "publisherId" ? sent.lowercased() : sent) != current else { continue }
+            throw APIError.invalid(field, code: "immutable_field", "\(field) cannot be changed; create another product instead")
+        }
+        let title = try json.string("title")
+        guard title?.isEmpty != true else { throw APIError.invalid("title", code: "invalid_title", "title must not be empty") }
         let amounts = try Self.checkAmounts(kind: existing.kind, coins: try json.int("coins"), durationDays: try json.int("durationDays"), patch: true)
         let patch = ProductPatch(
-            enabled: try json.bool("enabled"), title: try json.string("title"), description: try json.string("description"),
+            enabled: try json.bool("enabled"), title: title, description: try json.string("description"),
             coins: amounts.coins, durationDays: amounts.durationDays
         )
         let product = try await self.services.catalog.updateProduct(id: id, patch)
@@ -265,6 +275,17 @@ struct AdminController {
             throw APIError.invalid(field, code: "invalid_\(field)", "\(field) must be 1-255 printable characters without spaces")
         }
         return text
+    }
+
+    /// `offerId` defaults to `productId`, which may be longer than an offer id can be.
+    private static func defaultOfferId(_ productId: String) throws -> String {
+        guard productId.utf8.count <= FieldRules.offerIdMaxLength else {
+            throw APIError.invalid(
+                "offerId", code: "invalid_offer_id",
+                "offerId defaults to productId, which is longer than \(FieldRules.offerIdMaxLength) characters: give an offerId"
+            )
+        }
+        return productId
     }
 
     /// `coins` belongs to consumables and `durationDays` to non-renewing products: each is required at

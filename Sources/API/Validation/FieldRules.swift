@@ -49,10 +49,12 @@ enum FieldRules {
         }
     }
 
+    static let offerIdMaxLength = 128
+
     /// An offer id: 1 to 128 printable ASCII characters.
     static func offerId(_ text: String, field: String = "offerId") throws -> String {
-        guard (1...128).contains(text.utf8.count), text.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
-            throw APIError.invalid(field, code: "invalid_offer_id", "\(field) must be 1-128 printable characters without spaces")
+        guard (1...offerIdMaxLength).contains(text.utf8.count), text.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
+            throw APIError.invalid(field, code: "invalid_offer_id", "\(field) must be 1-\(offerIdMaxLength) printable characters without spaces")
         }
         return text
     }

@@ -254,6 +254,8 @@ struct AdminRouteTests {
                 (["kind": "non_consumable"], .badRequest, "missing_field", "productId"),
                 (["productId": "has space", "kind": "non_consumable"], .unprocessableContent, "invalid_productId", "productId"),
                 (["productId": "x", "offerId": "has space", "kind": "non_consumable"], .unprocessableContent, "invalid_offer_id", "offerId"),
+                // offerId defaults to productId, which may be longer than an offer id can be.
+                (["productId": String(repeating: "p", count: 129), "kind": "non_consumable"], .unprocessableContent, "invalid_offer_id", "offerId"),
                 (["productId": "x", "kind": "non_consumable", "bundleId": "com.example.unknown"], .unprocessableContent, "unknown_app", "bundleId"),
                 (["productId": "x", "kind": "non_consumable", "publisherId": UUID().uuidString], .unprocessableContent, "unknown_publisher", "publisherId"),
                 (["productId": "x", "kind": "non_consumable", "title": ""], .badRequest, "missing_field", "title"),
@@ -360,6 +362,20 @@ struct AdminRouteTests {
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["coins": 0]), .unprocessableContent, code: "invalid_coins", field: "coins")
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["coins": 3_000_000_000]), .unprocessableContent, code: "invalid_coins", field: "coins")
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["title": "a\u{0}b"]), .unprocessableContent, code: "invalid_character", field: "title")
+            expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["title": ""]), .unprocessableContent, code: "invalid_title", field: "title")
+            // What identifies the product cannot change (grants were made under it); sent back unchanged, it is accepted.
+            let current = try #require((try await api.admin(.get, "/admin/v1/products?publisherId=\(tenant.publisherId)").json()["products"] as? [[String: Any]])?
+                .first { $0["id"] as? String == coins })
+            for field in ["publisherId", "bundleId", "productId", "offerId", "kind"] {
+                let changed = field == "publisherId" ? UUID().uuidString : field == "kind" ? "non_consumable" : "changed.\(field)"
+                expectError(
+                    try await api.admin(.patch, "/admin/v1/products/\(coins)", json: [field: changed, "enabled": false]),
+                    .unprocessableContent, code: "immutable_field", field: field
+                )
+            }
+            var unchanged = current.filter { ["publisherId", "bundleId", "productId", "offerId", "kind", "title"].contains($0.key) }
+            unchanged["publisherId"] = (unchanged["publisherId"] as? String)?.uppercased()
+            #expect(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: unchanged).status == .ok)
             // Amounts of another kind are ignored, never stored (the database would refuse some of them).
             let pass = try #require(tenant.productIds[Tenant.Offer.pass])
             let lifetime = try #require(tenant.productIds[Tenant.Offer.lifetime])
