@@ -38,7 +38,8 @@ struct JSONRPCController {
         let json = try await JSONObject.read(request)
         let method = try json.requiredString("method")
         guard method == "getAccessStatus" else {
-            throw APIError(.badRequest, code: "unknown_method", "method must be getAccessStatus", field: "method")
+            // Well-formed but not something this endpoint does: 422, like an unknown offer (CONTRACT.md, Errors).
+            throw APIError.invalid("method", code: "unknown_method", "method must be getAccessStatus")
         }
         guard let params = try json.object("params") else { throw APIError.missingField("params") }
         let token = try params.requiredString("customerToken")

@@ -236,7 +236,7 @@ struct CustomerTokenTests {
         ("/v1/customer-tokens", #"{"customerEmail": 5}"#, .badRequest, "invalid_type", "customerEmail"),
         ("/v1/customer-tokens", #"{"customerEmail": "nope"}"#, .unprocessableContent, "invalid_email", "customerEmail"),
         ("/api/3.0/json", #"{"params": {}}"#, .badRequest, "missing_field", "method"),
-        ("/api/3.0/json", #"{"method": "getCustomer", "params": {}}"#, .badRequest, "unknown_method", "method"),
+        ("/api/3.0/json", #"{"method": "getCustomer", "params": {}}"#, .unprocessableContent, "unknown_method", "method"),
         ("/api/3.0/json", #"{"method": "getAccessStatus"}"#, .badRequest, "missing_field", "params"),
         ("/api/3.0/json", #"{"method": "getAccessStatus", "params": []}"#, .badRequest, "invalid_type", "params"),
         ("/api/3.0/json", #"{"method": "getAccessStatus", "params": {"offerId": "x"}}"#, .badRequest, "missing_field", "params.customerToken"),
