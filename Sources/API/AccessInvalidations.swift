@@ -13,7 +13,12 @@ struct AccessInvalidations: Service, CustomStringConvertible {
     var description: String { "AccessInvalidations" }
 
     func run() async throws {
-        guard self.cache.isEnabled else { return }
+        guard self.cache.isEnabled else {
+            // A service that returns stops the whole server: with the cache off there is nothing to listen
+            // to, so only wait for the shutdown.
+            try? await gracefulShutdown()
+            return
+        }
         let cache = self.cache
         let logger = self.logger
         let subscriber = RedisSubscriber(configuration: self.redis, channel: self.channel) { event in

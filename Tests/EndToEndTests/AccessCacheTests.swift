@@ -93,4 +93,25 @@ struct AccessCacheSystemTests {
         await second?.stop()
         await system.shutdown()
     }
+
+    @Test("with the cache off (TOLLGATE_ACCESS_CACHE_TTL_S=0) the API keeps serving, and every poll reads PostgreSQL")
+    func cacheOff() async throws {
+        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_ACCESS_CACHE_TTL_S": "0"])
+        do {
+            let publisher = try await system.createPublisher(products: [Self.premium])
+            let email = "uncached@example.com"
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: publisher.bundleId, purchases: [.init(productId: "com.example.e2e.premium", transactionId: transaction)])
+            #expect(try await system.submit(publisher, email: email, offerId: "S100_US", transactionId: transaction, receipt: receipt).status == 200)
+            try await system.startWorker(name: "uncached-worker")
+            _ = try await system.waitForAccess(publisher, email: email, offerId: "S100_US")
+            #expect(try await Self.status(system, publisher, email, "S100_US", base: system.apiBase)["accessGranted"] as? Bool == true)
+            #expect(try await Self.cacheCount(system, "hit", base: system.apiBase) == 0)
+            #expect(system.api.isRunning, "\(system.api.logTail())")
+        } catch {
+            await system.shutdown()
+            throw error
+        }
+        await system.shutdown()
+    }
 }
