@@ -19,7 +19,7 @@ struct APIServices: Sendable {
     let rateLimiter: RateLimiter
     /// Recent access-status answers, kept exact through the queue's access channel.
     let accessCache: AccessCache
-    /// Offer look-ups for submissions, cached briefly: a disabled product stops accepting within seconds.
+    /// Offer look-ups, cached briefly: a disabled product stops accepting within seconds.
     let offers = ExpiringCache<OfferKey, [Product]>(lifetime: 5)
 
     init(configuration: Configuration, redis: RedisClient, database: PostgresClient) async {
@@ -38,6 +38,18 @@ struct APIServices: Sendable {
         self.rateLimiter = RateLimiter(
             redis: redis, prefix: configuration.queuePrefix, perSecond: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst
         )
+    }
+
+    /// The products behind a publisher's offer, from ``offers``; 422 `unknown_offer` when it has none.
+    func offerProducts(publisherId: UUID, offerId: String, field: String = "offerId") async throws -> [Product] {
+        let products = try await self.offers.value(for: OfferKey(publisherId: publisherId, offerId: offerId)) {
+            let found = try await self.catalog.products(publisherId: publisherId, offerId: offerId)
+            return found.isEmpty ? nil : found
+        } ?? []
+        guard !products.isEmpty else {
+            throw APIError.invalid(field, code: "unknown_offer", "\(field) is not an offer of this publisher")
+        }
+        return products
     }
 
     /// How long dedup and claim keys live: a job may retry for the maximum age, then its status is retained.

@@ -93,7 +93,10 @@ struct AccessController {
     /// One customer's access to one offer, and whether a job for it is still pending.
     ///
     /// Served from ``AccessCache`` when it holds the answer; otherwise read from Redis and PostgreSQL.
-    func access(publisherId: UUID, customerEmail: String, offerId: String) async throws -> AccessView {
+    /// An offer the publisher does not have is 422 `unknown_offer`, as for a submission; a disabled one
+    /// still answers, since the customers who bought it keep their access.
+    func access(publisherId: UUID, customerEmail: String, offerId: String, offerField: String = "offerId") async throws -> AccessView {
+        _ = try await self.services.offerProducts(publisherId: publisherId, offerId: offerId, field: offerField)
         let key = self.services.queue.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
         let cached = self.services.accessCache.lookup(key)
         if case .hit(let answer)? = cached { return AccessView(offerId: offerId, answer: answer) }

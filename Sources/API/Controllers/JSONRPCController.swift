@@ -48,7 +48,7 @@ struct JSONRPCController {
             throw APIError.unauthorized
         }
         try await self.services.rateLimiter.admit(publisher, logger: context.logger)
-        let view = try await self.access.access(publisherId: publisher.id, customerEmail: identity.customerEmail, offerId: offerId)
+        let view = try await self.access.access(publisherId: publisher.id, customerEmail: identity.customerEmail, offerId: offerId, offerField: "params.offerId")
         return JSONBody.response(
             .ok, Answer(result: .init(accessGranted: view.accessGranted, expiresAt: view.expiresAt)),
             headers: view.pending ? [.retryAfter: "5"] : [:]

@@ -14,13 +14,7 @@ struct PaymentController {
         let publisher = try context.requirePublisher()
         let submission = try PaymentSubmission(json: try await JSONObject.read(request))
 
-        let products = try await self.services.offers.value(for: OfferKey(publisherId: publisher.id, offerId: submission.offerId)) {
-            let found = try await self.services.catalog.products(publisherId: publisher.id, offerId: submission.offerId)
-            return found.isEmpty ? nil : found
-        } ?? []
-        guard !products.isEmpty else {
-            throw APIError.invalid("offerId", code: "unknown_offer", "offerId is not an offer of this publisher")
-        }
+        let products = try await self.services.offerProducts(publisherId: publisher.id, offerId: submission.offerId)
         guard products.contains(where: \.enabled) else {
             throw APIError.invalid("offerId", code: "offer_disabled", "offerId is disabled")
         }

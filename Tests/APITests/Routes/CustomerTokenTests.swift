@@ -81,6 +81,10 @@ struct CustomerTokenTests {
             #expect(other["accessGranted"] as? Bool == true)
             let (otherToken, _) = try await Self.token(api, tenant, email: "other@example.com")
             #expect(try await Self.bearerAccess(api, otherToken).json()["accessGranted"] as? Bool == false)
+
+            // An offer the publisher does not have is refused on both routes, as for a submission.
+            expectError(try await Self.bearerAccess(api, token, offerId: "NO_SUCH_OFFER"), .unprocessableContent, code: "unknown_offer", field: "offerId")
+            expectError(try await Self.rpc(api, token, offerId: "NO_SUCH_OFFER"), .unprocessableContent, code: "unknown_offer", field: "params.offerId")
         }
     }
 

@@ -186,11 +186,28 @@ struct ReadRouteTests {
         ("/v1/access-status?customerEmail=viewer%40example.com&offerId=", .badRequest, "missing_field", "offerId"),
         ("/v1/access-status?customerEmail=not-an-email&offerId=S598742062_US", .unprocessableContent, "invalid_email", "customerEmail"),
         ("/v1/access-status?customerEmail=viewer%40example.com&offerId=a%20b", .unprocessableContent, "invalid_offer_id", "offerId"),
+        ("/v1/access-status?customerEmail=viewer%40example.com&offerId=NO_SUCH_OFFER", .unprocessableContent, "unknown_offer", "offerId"),
     ])
     func accessStatusRefusals(uri: String, status: HTTPResponse.Status, code: String, field: String) async throws {
         try await APIHarness.withAPI { api in
             let tenant = try await api.provisionTenant()
             expectError(try await api.get(tenant, uri), status, code: code, field: field)
+        }
+    }
+
+    @Test("a disabled offer still answers its customers' access: it stops sales, not what was bought")
+    func accessStatusDisabledOffer() async throws {
+        try await APIHarness.withAPI { api in
+            let tenant = try await api.provisionTenant()
+            guard case .granted = try await Self.grant(api, tenant, email: "viewer@example.com", offerId: Tenant.Offer.lifetime) else {
+                Issue.record("the grant did not succeed")
+                return
+            }
+            let productId = try #require(tenant.productIds[Tenant.Offer.lifetime])
+            #expect(try await api.admin(.patch, "/admin/v1/products/\(productId)", json: ["enabled": false]).status == .ok)
+            let response = try await api.get(tenant, Self.query("viewer@example.com", Tenant.Offer.lifetime))
+            #expect(response.status == .ok)
+            #expect(try response.json()["accessGranted"] as? Bool == true)
         }
     }
 
