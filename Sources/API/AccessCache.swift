@@ -105,7 +105,8 @@ final class AccessCache: Sendable {
         }
     }
 
-    /// Forgets one key's answer (a pending key, or `*` for every key).
+    /// Forgets one key's answer (a pending key, or `*` for every key: workers of earlier releases announce
+    /// refunds and renewals that way, and an API upgraded before its workers must still hear them).
     func invalidate(_ key: String) {
         guard self.isEnabled else { return }
         let bucket = Self.bucket(key)

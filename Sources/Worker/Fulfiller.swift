@@ -8,7 +8,7 @@ import Shared
 struct Fulfiller: Sendable {
     let catalog: CatalogStore
     let grants: GrantStore
-    /// Announces changes to access beyond this job's own (the job's are announced when it finishes).
+    /// Announces the changes to access that a receipt's evidence bears on (a job's own status is announced when it finishes).
     let queue: ReceiptQueue
     let apple: VerifyReceiptClient
     let products = ExpiringCache<UUID, [Product]>(lifetime: 5)
@@ -100,9 +100,12 @@ struct Fulfiller: Sendable {
         let applied = try await self.grants.applyEvidence(evidence)
         if applied.revoked + applied.extended > 0 {
             logger.info("applied evidence", metadata: ["revoked": "\(applied.revoked)", "extended": "\(applied.extended)"])
-            // Committed: API caches must forget the access they hold. Redis being away here means the
-            // caches lost their subscription too, and a lost subscription empties them.
-            do { try await self.queue.announceAccessChanged() } catch {
+        }
+        // Committed: API caches must forget the answers the evidence bears on. Announced on every run, not
+        // only when it changed something, so a run that died between its commit and here is made good by
+        // the replay. Redis being away here means the caches lost their subscription too, which empties them.
+        if !applied.bearsOn.isEmpty {
+            do { try await self.queue.announceAccessChanged(publisherId: job.publisherId, applied.bearsOn) } catch {
                 logger.warning("could not announce an access change", metadata: ["error": "\(error)"])
             }
         }

@@ -421,6 +421,79 @@ struct GrantStoreTests {
             #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(renewal.expiresDateMilliseconds)))
             #expect(try await world.ledger(renewal.transactionId) == ["fulfilled"])
             #expect(try await world.access("b@example.com", world.subscription).granted == false)
+            #expect(applied.bearsOn == [CustomerOffer(customerEmail: "a@example.com", offerId: world.subscription.offerId)])
+
+            // The same evidence again (a replay) changes nothing and still says whose access it bears on.
+            let again = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [first, renewal]))
+            #expect(again == AppliedEvidence(revoked: 0, extended: 0, bearsOn: applied.bearsOn))
+        }
+    }
+
+    @Test("a refund found in any answer revokes the owner's access, and a replay reports it again without revoking twice")
+    func refundEvidenceRevokes() async throws {
+        try await Self.withWorld { world in
+            var purchase = AppleTransaction(productId: "premium.lifetime", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            _ = try await world.grants.grant(world.request("a@example.com", world.lifetime, purchase))
+            purchase.cancellationDateMilliseconds = Self.ms(Date())
+            let owner = [CustomerOffer(customerEmail: "a@example.com", offerId: world.lifetime.offerId)]
+            let applied = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [purchase]))
+            #expect(applied == AppliedEvidence(revoked: 1, extended: 0, bearsOn: owner))
+            #expect(try await world.access("a@example.com", world.lifetime).granted == false)
+            let again = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [purchase]))
+            #expect(again == AppliedEvidence(revoked: 0, extended: 0, bearsOn: owner))
+            #expect(try await world.ledger(purchase.transactionId) == ["invalidated"])
+        }
+    }
+
+    /// Two answers applied at once, each refunding a period of one customer's subscription and renewing
+    /// the other's. The test holds b's lock until the first waits for it and the second waits too: taking
+    /// the refund's lock, then the renewal's, as each answer lists them, the second would hold a's lock
+    /// and wait for b's while the first, given b's, waited for a's. PostgreSQL would abort one.
+    @Test("crossed evidence (each answer refunds what the other renews) applied at once: both commit, no deadlock")
+    func crossedEvidence() async throws {
+        try await Self.withWorld(connections: 4) { world in
+            let now = Date()
+            let originals = (a: Fixtures.transactionId(), b: Fixtures.transactionId())
+            let firstA = Self.period(originals.a, originals.a, ends: now.addingTimeInterval(10 * Self.day))
+            let firstB = Self.period(originals.b, originals.b, ends: now.addingTimeInterval(10 * Self.day))
+            _ = try await world.grants.grant(world.request("a@example.com", world.subscription, firstA, renewals: [firstA]))
+            _ = try await world.grants.grant(world.request("b@example.com", world.subscription, firstB, renewals: [firstB]))
+            func crossed(refunding first: AppleTransaction, renewing original: String) -> Evidence {
+                var refunded = first
+                refunded.cancellationDateMilliseconds = Self.ms(now)
+                let renewal = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(40 * Self.day))
+                return Self.evidence(world, "x@example.com", [refunded, renewal])
+            }
+            let one = crossed(refunding: firstB, renewing: originals.a)
+            let other = crossed(refunding: firstA, renewing: originals.b)
+            let lockB = GrantStore.lockStatement(publisherId: world.publisher.id, customerEmail: "b@example.com", offerId: world.subscription.offerId)
+            let (first, second) = try await world.database.withTransaction { session in
+                try await session.query(lockB.0, lockB.1)
+                func waiting(_ count: Int) async throws {
+                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(count) waiting for a lock") {
+                        try await session.query(
+                            """
+                            SELECT count(*) AS waiting FROM pg_locks
+                            WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                            """
+                        ).first?.decode(Int.self, "waiting") == count ? true : nil
+                    }
+                }
+                let first = Task { try await world.grants.applyEvidence(one) }
+                try await waiting(1)
+                let second = Task { try await world.grants.applyEvidence(other) }
+                try await waiting(2)
+                return (first, second)
+            }
+            let results = [await first.result, await second.result]
+            for result in results {
+                if case .failure(let error) = result { Issue.record("an answer was not applied: \(error)") }
+            }
+            #expect(try results.map { try $0.get().bearsOn.count } == [2, 2])
+            // The first answer went first (it waited first): b's refund revoked b's access before the second
+            // answer's renewal could extend it; a's refund, second, finds a's renewal already recorded and keeps it.
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(Self.ms(now.addingTimeInterval(40 * Self.day)))))
+            #expect(try await world.access("b@example.com", world.subscription).granted == false)
         }
     }
 

@@ -1,5 +1,7 @@
 import Foundation
+import Logging
 import Shared
+import Synchronization
 import Testing
 import TestSupport
 @testable import Worker
@@ -96,6 +98,51 @@ struct AppleRulesRefundTests {
             #expect(row.invalidatedAt != nil)
             #expect(Millis.of(row.cancellationDate) == cancelledAt)
             #expect(try await harness.ledgerRow(next)?.state == "fulfilled")
+        }
+    }
+
+    @Test("a refund found in the next purchase's receipt is announced to API caches, and announced again by the job's replay")
+    func refundAnnounced() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            let (productId, offerId) = try await Self.addProduct(.nonConsumable, to: harness)
+            try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
+            let now = Millis.now
+            let first = ScenarioReceipt.transactionId()
+            let firstReceipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry(productId, first, original: first, purchase: now - Millis.day)])
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: first, receipt: firstReceipt)).status == .granted)
+
+            // What an API process's cache hears.
+            let heard = Mutex<[RedisSubscriber.Event]>([])
+            let subscriber = RedisSubscriber(
+                configuration: try RedisConfiguration(url: TestEnvironment.redisURL()), channel: harness.queue.keys.accessChannel
+            ) { event in heard.withLock { $0.append(event) } }
+            subscriber.start()
+            _ = try await Poll.until(timeout: .seconds(10), "subscribed") { heard.withLock { $0.contains(.subscribed) } ? true : nil }
+
+            let next = ScenarioReceipt.transactionId()
+            let job = ReceiptJob(
+                jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "EXTRA",
+                transactionId: next, receiptData: ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                    ScenarioEntry(productId, first, original: first, purchase: now - Millis.day, cancelled: now - 1000),
+                    ScenarioEntry("extra", next, purchase: now),
+                ]),
+                appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+            )
+            let refunded = RedisSubscriber.Event.message(
+                harness.queue.keys.pending(publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: offerId)
+            )
+            // The second run is what a replay does when the worker died between the first's commit and its
+            // announcement: the refund is already revoked, and it is announced all the same.
+            for run in 1...2 {
+                let outcome = await harness.processor.fulfiller.fulfil(job, logger: Logger(label: "test.worker"))
+                #expect(outcome == .granted(environment: "Production", expiresAt: nil), "run \(run)")
+                _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(20), "announcement \(run)") {
+                    heard.withLock { $0.filter { $0 == refunded }.count } == run ? true : nil
+                }
+            }
+            #expect(try await harness.access(offerId).granted == false)
+            await subscriber.shutdown()
         }
     }
 

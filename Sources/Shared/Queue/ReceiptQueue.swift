@@ -80,10 +80,13 @@ public struct ReceiptQueue: Sendable {
         )
     }
 
-    /// Announces a change to access that may touch any customer (refunds, renewals), so API caches drop
-    /// every access status they hold.
-    public func announceAccessChanged() async throws {
-        try await self.redis.send("PUBLISH", self.keys.accessChannel, "*")
+    /// Announces that these customers' access to these offers may have changed (refunds, renewals found
+    /// in any receipt), so API caches drop those access statuses.
+    public func announceAccessChanged(publisherId: UUID, _ changed: [CustomerOffer]) async throws {
+        for pair in changed {
+            let key = self.keys.pending(publisherId: publisherId, customerEmail: pair.customerEmail, offerId: pair.offerId)
+            try await self.redis.send("PUBLISH", self.keys.accessChannel, key)
+        }
     }
 
     /// Whether a job for this customer and offer is queued, processing or retrying.

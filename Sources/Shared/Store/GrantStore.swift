@@ -135,91 +135,120 @@ public struct GrantStore: Sendable {
     }
 
     /// Applies what an answer says about every transaction it lists: refunds revoke what they granted,
-    /// renewals extend the subscription of the customer who owns it. Idempotent; returns how many
-    /// transactions were revoked and how many entitlements were extended.
+    /// renewals extend the subscription of the customer who owns it. Idempotent: a second run of the same
+    /// evidence changes nothing, and reports the same customers and offers it bears on.
     @discardableResult
-    public func applyEvidence(_ evidence: Evidence) async throws -> (revoked: Int, extended: Int) {
+    public func applyEvidence(_ evidence: Evidence) async throws -> AppliedEvidence {
         let cancelled = evidence.transactions.filter(\.isCancelled)
         var periods: [String: [AppleTransaction]] = [:]
         for transaction in evidence.transactions where !transaction.isCancelled && transaction.expiresDateMilliseconds != nil {
             guard evidence.products[transaction.productId]?.kind == .autoRenewable else { continue }
             periods[transaction.originalTransactionId, default: []].append(transaction)
         }
-        guard !cancelled.isEmpty || !periods.isEmpty else { return (0, 0) }
+        guard !cancelled.isEmpty || !periods.isEmpty else { return AppliedEvidence(revoked: 0, extended: 0, bearsOn: []) }
         return try await self.database.withTransaction { session in
-            let revoked = try await Self.revokeCancelled(cancelled, evidence: evidence, session: session)
-            let extended = try await Self.extendRenewed(periods, evidence: evidence, session: session)
-            return (revoked, extended)
+            let refunds = try await Self.refunds(cancelled, evidence: evidence, session: session)
+            let renewals = try await Self.renewals(periods, evidence: evidence, session: session)
+            let open = refunds.filter(\.open)
+            // Every lock this evidence needs, taken first and in one order: two workers applying crossed
+            // evidence (each revoking what the other extends) never wait on each other in a cycle.
+            let locks = Set(open.map(\.holder) + renewals.map(\.holder)).sorted()
+            if !locks.isEmpty {
+                try await session.pipeline(locks.map {
+                    Self.lockStatement(publisherId: evidence.publisherId, customerEmail: $0.customerEmail, offerId: $0.offerId)
+                })
+            }
+            for refund in open {
+                try await Self.revoke(ledgerId: refund.ledgerId, cancelledAt: refund.cancelledAt, session: session)
+            }
+            var extended = 0
+            for renewal in renewals {
+                extended += try await Self.extend(renewal, evidence: evidence, session: session)
+            }
+            return AppliedEvidence(
+                revoked: open.count, extended: extended, bearsOn: Set(refunds.map(\.holder) + renewals.map(\.holder)).sorted()
+            )
         }
     }
 
-    private static func revokeCancelled(_ cancelled: [AppleTransaction], evidence: Evidence, session: PostgresSession) async throws -> Int {
-        guard !cancelled.isEmpty else { return 0 }
+    /// A ledger row of a transaction the answer lists as refunded.
+    private struct Refund {
+        let ledgerId: Int64
+        let holder: CustomerOffer
+        let cancelledAt: Date
+        /// Not yet revoked (an earlier run of the same evidence revoked the others).
+        let open: Bool
+    }
+
+    private static func refunds(_ cancelled: [AppleTransaction], evidence: Evidence, session: PostgresSession) async throws -> [Refund] {
+        guard !cancelled.isEmpty else { return [] }
         let cancelledAt = Dictionary(cancelled.map { ($0.transactionId, $0.cancellationDateMilliseconds ?? 0) }) { first, _ in first }
-        // Locks are taken in (customer, offer) order, so two workers never wait on each other in a cycle.
-        let rows = try await session.query(
+        return try await session.query(
             """
-            SELECT id, transaction_id, customer_email, offer_id FROM transactions
-            WHERE app_id = $1 AND transaction_id = ANY($2) AND cancellation_date IS NULL
-            ORDER BY customer_email, offer_id, id
+            SELECT id, transaction_id, customer_email, offer_id, cancellation_date IS NULL AS open FROM transactions
+            WHERE app_id = $1 AND transaction_id = ANY($2) ORDER BY id
             """,
             [evidence.appId, PostgresTextArray(cancelled.map(\.transactionId))]
-        ).rows
-        for row in rows {
-            try await Self.lock(
-                publisherId: evidence.publisherId, customerEmail: try row.decode(String.self, "customer_email"),
-                offerId: try row.decode(String.self, "offer_id"), session: session
-            )
-            let transactionId = try row.decode(String.self, "transaction_id")
-            try await Self.revoke(
-                ledgerId: try row.decode(Int64.self, "id"), cancelledAt: Self.date(cancelledAt[transactionId] ?? 0), session: session
+        ).rows.map { row in
+            Refund(
+                ledgerId: try row.decode(Int64.self, "id"),
+                holder: CustomerOffer(customerEmail: try row.decode(String.self, "customer_email"), offerId: try row.decode(String.self, "offer_id")),
+                cancelledAt: Self.date(cancelledAt[try row.decode(String.self, "transaction_id")] ?? 0), open: try row.decode(Bool.self, "open")
             )
         }
-        return rows.count
     }
 
-    private static func extendRenewed(_ periods: [String: [AppleTransaction]], evidence: Evidence, session: PostgresSession) async throws -> Int {
-        guard !periods.isEmpty else { return 0 }
+    /// The periods of one subscription the answer lists, and the customer who owns it.
+    private struct Renewal {
+        let holder: CustomerOffer
+        let product: Product
+        let entries: [AppleTransaction]
+        /// The latest period's end, or its grace period's.
+        let end: Date
+    }
+
+    private static func renewals(_ periods: [String: [AppleTransaction]], evidence: Evidence, session: PostgresSession) async throws -> [Renewal] {
+        guard !periods.isEmpty else { return [] }
         let owners = try await session.query(
             "SELECT claim_key, customer_email FROM claims WHERE publisher_id = $1 AND claim_key = ANY($2) ORDER BY customer_email, claim_key",
             [evidence.publisherId, PostgresTextArray(periods.keys.map { "original:\($0)" })]
         ).rows
-        var extended = 0
-        for owner in owners {
+        return try owners.compactMap { owner in
             let original = String(try owner.decode(String.self, "claim_key").dropFirst("original:".count))
-            let customer = try owner.decode(String.self, "customer_email")
             guard let entries = periods[original], let product = entries.lazy.compactMap({ evidence.products[$0.productId] }).first,
                 let latest = entries.compactMap(\.expiresDateMilliseconds).max()
-            else { continue }
-            let end = Self.date(max(latest, evidence.gracePeriodEnds[original] ?? latest))
-            try await Self.lock(publisherId: evidence.publisherId, customerEmail: customer, offerId: product.offerId, session: session)
-            for entry in entries {
-                let (sql, parameters) = Self.renewalStatement(
-                    entry, owner: customer, product: product, publisherId: evidence.publisherId, appId: evidence.appId,
-                    environment: evidence.environment, receiptData: evidence.job.receiptData, verifiedAt: evidence.verifiedAt
-                )
-                try await session.query(sql, parameters)
-            }
-            extended += try await session.query(
-                """
-                UPDATE entitlements SET expires_at = $4, updated_at = now()
-                WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL
-                  AND expires_at IS NOT NULL AND expires_at < $4
-                """,
-                [evidence.publisherId, customer, product.offerId, end]
-            ).affectedRows
+            else { return nil }
+            return Renewal(
+                holder: CustomerOffer(customerEmail: try owner.decode(String.self, "customer_email"), offerId: product.offerId),
+                product: product, entries: entries, end: Self.date(max(latest, evidence.gracePeriodEnds[original] ?? latest))
+            )
         }
-        return extended
+    }
+
+    /// Records a subscription's periods for its owner and extends the owner's access to the latest one's end;
+    /// returns how many entitlements were extended.
+    private static func extend(_ renewal: Renewal, evidence: Evidence, session: PostgresSession) async throws -> Int {
+        let customer = renewal.holder.customerEmail
+        for entry in renewal.entries {
+            let (sql, parameters) = Self.renewalStatement(
+                entry, owner: customer, product: renewal.product, publisherId: evidence.publisherId, appId: evidence.appId,
+                environment: evidence.environment, receiptData: evidence.job.receiptData, verifiedAt: evidence.verifiedAt
+            )
+            try await session.query(sql, parameters)
+        }
+        return try await session.query(
+            """
+            UPDATE entitlements SET expires_at = $4, updated_at = now()
+            WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL
+              AND expires_at IS NOT NULL AND expires_at < $4
+            """,
+            [evidence.publisherId, customer, renewal.holder.offerId, renewal.end]
+        ).affectedRows
     }
 
     /// Serialises work on one customer and offer, so stacking and extending read and write one state.
-    private static func lockStatement(publisherId: UUID, customerEmail: String, offerId: String) -> (String, [any PostgresEncodable]) {
+    static func lockStatement(publisherId: UUID, customerEmail: String, offerId: String) -> (String, [any PostgresEncodable]) {
         ("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", ["\(publisherId.lowercasedString)|\(customerEmail)|\(offerId)"])
-    }
-
-    private static func lock(publisherId: UUID, customerEmail: String, offerId: String, session: PostgresSession) async throws {
-        let (sql, parameters) = Self.lockStatement(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
-        try await session.query(sql, parameters)
     }
 
     /// A renewal period seen in an answer becomes a ledger row of the subscription's owner; it carries no
