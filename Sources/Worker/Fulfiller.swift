@@ -143,7 +143,13 @@ struct Fulfiller: Sendable {
         WorkerMetrics.step(.grant, ContinuousClock.now - granting)
         switch outcome {
         case .granted(let expiresAt):
-            return .granted(environment: environment, expiresAt: expiresAt.map { Int($0.timeIntervalSince1970) })
+            // The purchase is the customer's: for a kind claimed by its original transaction, every transaction
+            // of it the answer lists (renewals, restores) and the original.
+            var claimed = [matched.transactionId]
+            if product.kind.claimsByOriginalTransaction {
+                for id in renewals.map(\.transactionId) + [matched.originalTransactionId] where !claimed.contains(id) { claimed.append(id) }
+            }
+            return .granted(environment: environment, expiresAt: expiresAt.map { Int($0.timeIntervalSince1970) }, claimed: claimed)
         case .alreadyClaimed:
             return .rejected(.alreadyClaimed, environment: environment)
         case .refunded:

@@ -87,10 +87,10 @@ struct JobProcessor: Sendable {
         defer { WorkerMetrics.step(.finish, ContinuousClock.now - recording) }
         do {
             switch outcome {
-            case .granted(let environment, let expiresAt):
+            case .granted(let environment, let expiresAt, let claimed):
                 try await self.queue.finish(
                     delivery, job: job, status: .granted, reason: nil, environment: environment, expiresAt: expiresAt, now: now,
-                    retentionSeconds: self.retentionSeconds
+                    retentionSeconds: self.retentionSeconds, claimed: claimed
                 )
                 WorkerMetrics.job(status: .granted, reason: nil)
                 WorkerMetrics.grantLatency(milliseconds: now - acceptedAt)

@@ -65,6 +65,50 @@ struct AppleRulesClaimTests {
         }
     }
 
+    /// CONTRACT.md: a transaction id already granted to another customer is 409 `already_claimed` at once.
+    /// The API knows a transaction's claim from Redis; a receipt submitted without its transaction id
+    /// claimed nothing there until its grant.
+    @Test("a purchase granted from a submission without its transaction id: another customer submitting any of its ids is refused at enqueue", arguments: ["consumable", "subscription"])
+    func grantedWithoutIdRefusedAtEnqueue(_ kind: String) async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            let offerId: String
+            let ids: [String]
+            let receipt: String
+            if kind == "consumable" {
+                let purchase = try await harness.coinsPurchase(bundle: Self.bundle)
+                (offerId, ids, receipt) = ("COINS100", [purchase.transaction], purchase.receipt)
+            } else {
+                try await harness.app(Self.bundle)
+                try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+                let now = Millis.now
+                let (original, renewal) = (ScenarioReceipt.transactionId(), ScenarioReceipt.transactionId())
+                offerId = "MONTHLY"
+                ids = [original, renewal]
+                receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                    ScenarioEntry("monthly", original, original: original, purchase: now - 40 * Millis.day, expires: now - 10 * Millis.day),
+                    ScenarioEntry("monthly", renewal, original: original, purchase: now - 10 * Millis.day, expires: now + 20 * Millis.day),
+                ])
+            }
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: nil, receipt: receipt)).status == .granted)
+
+            func submission(_ email: String, _ transactionId: String) -> ReceiptJob {
+                ReceiptJob(
+                    jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: email, offerId: offerId,
+                    transactionId: transactionId, receiptData: receipt, appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+                )
+            }
+            for id in ids {
+                #expect(try await harness.queue.enqueue(submission(WorkerHarness.other, id), keyTTLSeconds: 3600) == .alreadyClaimed, "\(id)")
+            }
+            #expect(try await harness.queue.counts().queued == 0, "no job was created for the other customer")
+            // The owner may still submit them.
+            guard case .created = try await harness.queue.enqueue(submission(WorkerHarness.buyer, ids[0]), keyTTLSeconds: 3600) else {
+                Issue.record("the owner's submission was not accepted")
+                return
+            }
+        }
+    }
+
     @Test("an auto-renewable is claimed by original_transaction_id: a renewal of A's subscription submitted by B is already_claimed")
     func subscriptionRenewalClaimed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in

@@ -136,7 +136,7 @@ struct AppleRulesRefundTests {
             // announcement: the refund is already revoked, and it is announced all the same.
             for run in 1...2 {
                 let outcome = await harness.processor.fulfiller.fulfil(job, logger: Logger(label: "test.worker"))
-                #expect(outcome == .granted(environment: "Production", expiresAt: nil), "run \(run)")
+                #expect(outcome == .granted(environment: "Production", expiresAt: nil, claimed: [next]), "run \(run)")
                 _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(20), "announcement \(run)") {
                     heard.withLock { $0.filter { $0 == refunded }.count } == run ? true : nil
                 }

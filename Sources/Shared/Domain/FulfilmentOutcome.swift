@@ -1,7 +1,8 @@
 /// Where fulfilling one job ended, before it is recorded in the queue.
 public enum FulfilmentOutcome: Sendable, Equatable {
-    /// Committed in PostgreSQL; `expiresAt` in Unix seconds when the access ends.
-    case granted(environment: String, expiresAt: Int?)
+    /// Committed in PostgreSQL; `expiresAt` in Unix seconds when the access ends. `claimed`: the transaction
+    /// ids the grant made the customer's (the purchase; for a subscription, every period the answer lists).
+    case granted(environment: String, expiresAt: Int?, claimed: [String] = [])
     /// Final refusal; `expiresAt` (Unix seconds) when an expired subscription's end is known.
     case rejected(JobReason, environment: String?, expiresAt: Int? = nil)
     /// Dead-letter at once (an operator must act).

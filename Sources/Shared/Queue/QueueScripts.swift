@@ -74,8 +74,13 @@ enum QueueScripts {
     /// A job that ends without a grant gives up its transaction's claim, when the claim is still its
     /// customer's: the transaction is then neither queued nor granted, so another customer may submit it.
     ///
-    /// KEYS: job, stream, pending, dead, inflight, and claim when the job has a transaction id. ARGV: entry id,
-    /// group, status, reason, environment, expiresAt, now, retention (s), jobId, access channel, customer.
+    /// A grant makes the transactions it claimed the customer's for the retention (whatever claimed them
+    /// in Redis before: PostgreSQL granted them to this customer), whether or not the job was submitted
+    /// with their ids, so another customer's submission of any of them is refused at once.
+    ///
+    /// KEYS: job, stream, pending, dead, inflight, the job's claim when it has a transaction id, then the
+    /// claims a grant takes. ARGV: entry id, group, status, reason, environment, expiresAt, now, retention (s),
+    /// jobId, access channel, customer, whether KEYS[6] is the job's claim ('1' or '0').
     /// Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
@@ -92,7 +97,10 @@ enum QueueScripts {
           if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[6]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
           redis.call('HDEL', KEYS[1], 'payload', 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[8])
-          if KEYS[6] and ARGV[3] ~= 'granted' and redis.call('GET', KEYS[6]) == ARGV[11] then redis.call('DEL', KEYS[6]) end
+          if ARGV[12] == '1' and ARGV[3] ~= 'granted' and redis.call('GET', KEYS[6]) == ARGV[11] then redis.call('DEL', KEYS[6]) end
+        end
+        if ARGV[3] == 'granted' then
+          for k = (ARGV[12] == '1' and 7 or 6), #KEYS do redis.call('SET', KEYS[k], ARGV[11], 'EX', ARGV[8]) end
         end
         redis.call('SREM', KEYS[3], ARGV[9])
         redis.call('ZREM', KEYS[5], ARGV[9])

@@ -171,17 +171,22 @@ public struct ReceiptQueue: Sendable {
         }
     }
 
-    /// Records a final `granted`/`rejected` outcome and acknowledges the entry.
+    /// Records a final `granted`/`rejected` outcome and acknowledges the entry. A grant's `claimed`
+    /// transaction ids become the customer's in Redis for `retentionSeconds`, so the API refuses another
+    /// customer's submission of them at once (409), though this job was submitted without them.
     public func finish(
         _ delivery: QueueDelivery, job: ReceiptJob, status: JobStatus, reason: JobReason?, environment: String?,
-        expiresAt: Int?, now: Int, retentionSeconds: Int
+        expiresAt: Int?, now: Int, retentionSeconds: Int, claimed: [String] = []
     ) async throws {
+        let own = self.claimKeys(job)
         try await self.redis.run(
             QueueScripts.finish,
-            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight] + self.claimKeys(job),
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight] + own
+                + claimed.map { self.keys.claim(publisherId: job.publisherId, transactionId: $0) },
             arguments: [
                 delivery.entryId, self.keys.group, status.rawValue, reason?.rawValue ?? "", environment ?? "",
                 expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId, self.keys.accessChannel, job.customerEmail,
+                own.isEmpty ? "0" : "1",
             ]
         )
     }
