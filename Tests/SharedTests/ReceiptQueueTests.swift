@@ -614,7 +614,7 @@ struct ReceiptQueueTests {
         }
     }
 
-    @Test("a late copy of a finished job never overwrites its final status; a grant replaces a dead letter")
+    @Test("a late copy of a finished job never overwrites its final status; a grant replaces a dead letter or a rejection")
     func finalStatusIsKept() async throws {
         try await Self.withQueue { harness in
             let job = Fixtures.job()
@@ -644,6 +644,53 @@ struct ReceiptQueueTests {
             )
             #expect(try await harness.queue.record(jobId: other.jobId)?.status == .granted)
             #expect(try await harness.queue.deadLetters(limit: 10).isEmpty, "the grant took the job out of the dead letters")
+
+            // A copy that ended rejected (the third 21002 of an outage) while another committed the grant.
+            let third = Fixtures.job(transactionId: Fixtures.transactionId())
+            let thirdDelivery = try await harness.enqueueAndStart(third)
+            for status in [JobStatus.rejected, .granted] {
+                try await harness.queue.finish(
+                    thirdDelivery, job: third, status: status, reason: status == .rejected ? .invalidReceipt : nil, environment: "Production",
+                    expiresAt: nil, now: now, retentionSeconds: Self.retention
+                )
+            }
+            let granted = try #require(try await harness.queue.record(jobId: third.jobId))
+            #expect(granted.status == .granted)
+            #expect(granted.reason == nil)
+        }
+    }
+
+    @Test("only the job that took a claim gives it up, and never once granted: the customer's jobs for other offers keep it")
+    func claimHeldByItsJob() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            let publisher = UUID()
+            func job(_ customer: String, _ offer: String, _ transactionId: String?) -> ReceiptJob {
+                Fixtures.job(publisherId: publisher, customerEmail: customer, offerId: offer, transactionId: transactionId)
+            }
+            let transaction = Fixtures.transactionId()
+            let first = job("first@example.com", "offer.one", transaction)
+            let firstDelivery = try await harness.enqueueAndStart(first)
+            // The same purchase submitted for another offer: a job of its own, which found the claim taken.
+            let second = job("first@example.com", "offer.two", transaction)
+            try await harness.queue.finish(
+                try await harness.enqueueAndStart(second), job: second, status: .rejected, reason: .offerMismatch, environment: "Production",
+                expiresAt: nil, now: now, retentionSeconds: Self.retention
+            )
+            let thief = job("second@example.com", "offer.one", transaction)
+            #expect(try await harness.queue.enqueue(thief, keyTTLSeconds: Self.ttl) == .alreadyClaimed, "the first job still holds it")
+
+            try await harness.queue.finish(
+                firstDelivery, job: first, status: .granted, reason: nil, environment: "Production", expiresAt: nil, now: now,
+                retentionSeconds: Self.retention
+            )
+            let third = job("first@example.com", "offer.three", transaction)
+            try await harness.queue.deadLetter(
+                try await harness.enqueueAndStart(third), job: third, reason: .internal, detail: "x", now: now, retentionSeconds: Self.retention
+            )
+            #expect(try await harness.queue.enqueue(thief, keyTTLSeconds: Self.ttl) == .alreadyClaimed, "granted to the first customer")
+            let fourth = job("first@example.com", "offer.four", transaction)
+            #expect(try await harness.queue.enqueue(fourth, keyTTLSeconds: Self.ttl) == .created(jobId: fourth.jobId), "still the owner's to submit")
         }
     }
 

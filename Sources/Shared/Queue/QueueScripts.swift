@@ -6,6 +6,10 @@ enum QueueScripts {
     /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all — for each
     /// submission of a batch, in order (a later submission sees what an earlier one stored).
     ///
+    /// A transaction's claim names its customer (`<customer>` while a job of theirs is unfinished,
+    /// `<customer>\ngranted` once granted); the job that finds it free takes it and records so
+    /// (`claimed` 1), and the customer's other jobs for it only refresh an unfinished claim's lifetime.
+    ///
     /// KEYS: stream, inflight, then per submission: dedup, job, pending, and claim when it has a
     /// transaction id. ARGV: job key prefix, access channel, then per submission: jobId, customer, offer,
     /// publisherId, payload, now (ms), key TTL (s), has claim ('1' or '0'). Returns one reply per
@@ -20,18 +24,24 @@ enum QueueScripts {
             local status = redis.call('HGET', ARGV[1] .. existing, 'status')
             if status then return {'duplicate', existing, status} end
           end
+          local owner = nil
           if claim then
-            local owner = redis.call('GET', claim)
-            if owner and owner ~= ARGV[a + 1] then return {'claimed'} end
+            owner = redis.call('GET', claim)
+            if owner and owner ~= ARGV[a + 1] and owner ~= ARGV[a + 1] .. '\\ngranted' then return {'claimed'} end
           end
           local entry = redis.call('XADD', KEYS[1], '*', 'job', ARGV[a])
           redis.call('HSET', job, 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[a + 1], 'offerId', ARGV[a + 2],
-            'publisherId', ARGV[a + 3], 'payload', ARGV[a + 4], 'acceptedAt', ARGV[a + 5], 'updatedAt', ARGV[a + 5], 'entry', entry)
+            'publisherId', ARGV[a + 3], 'payload', ARGV[a + 4], 'acceptedAt', ARGV[a + 5], 'updatedAt', ARGV[a + 5], 'entry', entry,
+            'claimed', (claim and not owner) and 1 or 0)
           redis.call('ZADD', KEYS[2], ARGV[a + 5], ARGV[a])
           redis.call('SET', dedup, ARGV[a], 'EX', ARGV[a + 6])
           redis.call('SADD', pending, ARGV[a])
           redis.call('EXPIRE', pending, ARGV[a + 6])
-          if claim then redis.call('SET', claim, ARGV[a + 1], 'EX', ARGV[a + 6]) end
+          if claim and not owner then
+            redis.call('SET', claim, ARGV[a + 1], 'EX', ARGV[a + 6])
+          elseif owner == ARGV[a + 1] then
+            redis.call('EXPIRE', claim, ARGV[a + 6])
+          end
           redis.call('PUBLISH', ARGV[2], pending)
           return {'created', ARGV[a], 'queued'}
         end
@@ -69,14 +79,17 @@ enum QueueScripts {
 
     /// Record a final outcome (granted or rejected), forget the receipt, acknowledge and trim the entry.
     /// A final status is never overwritten by a late copy of the same job, except that a grant (the
-    /// truth in PostgreSQL) replaces a dead letter.
+    /// truth in PostgreSQL) replaces a rejection or a dead letter that a concurrent copy recorded.
     ///
-    /// A job that ends without a grant gives up its transaction's claim, when the claim is still its
-    /// customer's: the transaction is then neither queued nor granted, so another customer may submit it.
+    /// A job that ends without a grant gives up its transaction's claim when it took the claim itself
+    /// and the claim is still its customer's, not granted: the transaction is then neither queued nor
+    /// granted, so another customer may submit it. Another job of the same customer (the same purchase
+    /// submitted for another offer) never gives up a claim it did not take.
     ///
-    /// A grant makes the transactions it claimed the customer's for the retention (whatever claimed them
-    /// in Redis before: PostgreSQL granted them to this customer), whether or not the job was submitted
-    /// with their ids, so another customer's submission of any of them is refused at once.
+    /// A grant marks the job's claim and the transactions it claimed as granted to the customer
+    /// (`<customer>\ngranted`) for the retention, whatever claimed them in Redis before (PostgreSQL
+    /// granted them to this customer), whether or not the job was submitted with their ids: another
+    /// customer's submission of any of them is refused at once, and no ending of another job frees them.
     ///
     /// KEYS: job, stream, pending, dead, inflight, the job's claim when it has a transaction id, then the
     /// claims a grant takes. ARGV: entry id, group, status, reason, environment, expiresAt, now, retention (s),
@@ -84,7 +97,7 @@ enum QueueScripts {
     /// Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
-        local settled = current == 'granted' or current == 'rejected' or (current == 'failed' and ARGV[3] ~= 'granted')
+        local settled = current == 'granted' or ((current == 'rejected' or current == 'failed') and ARGV[3] ~= 'granted')
         if current and not settled then
           local dead = redis.call('HGET', KEYS[1], 'deadEntry')
           if dead then
@@ -97,10 +110,11 @@ enum QueueScripts {
           if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[6]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
           redis.call('HDEL', KEYS[1], 'payload', 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[8])
-          if ARGV[12] == '1' and ARGV[3] ~= 'granted' and redis.call('GET', KEYS[6]) == ARGV[11] then redis.call('DEL', KEYS[6]) end
+          if ARGV[12] == '1' and ARGV[3] ~= 'granted' and redis.call('HGET', KEYS[1], 'claimed') == '1'
+            and redis.call('GET', KEYS[6]) == ARGV[11] then redis.call('DEL', KEYS[6]) end
         end
         if ARGV[3] == 'granted' then
-          for k = (ARGV[12] == '1' and 7 or 6), #KEYS do redis.call('SET', KEYS[k], ARGV[11], 'EX', ARGV[8]) end
+          for k = 6, #KEYS do redis.call('SET', KEYS[k], ARGV[11] .. '\\ngranted', 'EX', ARGV[8]) end
         end
         redis.call('SREM', KEYS[3], ARGV[9])
         redis.call('ZREM', KEYS[5], ARGV[9])
@@ -147,7 +161,7 @@ enum QueueScripts {
         """)
 
     /// Dead-letter a job: status `failed`, an entry in the dead-letter stream, entry acknowledged, its claim
-    /// given up as in `finish`; a job already final is only acknowledged. Entries older than the retention
+    /// given up as in `finish` (only when this job took it); a job already final is only acknowledged. Entries older than the retention
     /// leave the dead-letter stream (their jobs' statuses have expired, so they could not be requeued).
     ///
     /// KEYS: job, stream, dead, pending, inflight, and claim when the job has a transaction id. ARGV: entry id,
@@ -160,7 +174,9 @@ enum QueueScripts {
           redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
           redis.call('HDEL', KEYS[1], 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[7])
-          if KEYS[6] and redis.call('GET', KEYS[6]) == ARGV[9] then redis.call('DEL', KEYS[6]) end
+          if KEYS[6] and redis.call('HGET', KEYS[1], 'claimed') == '1' and redis.call('GET', KEYS[6]) == ARGV[9] then
+            redis.call('DEL', KEYS[6])
+          end
         end
         redis.call('SREM', KEYS[4], ARGV[3])
         redis.call('ZREM', KEYS[5], ARGV[3])
@@ -175,7 +191,8 @@ enum QueueScripts {
     /// Put a failed job back on the stream with fresh attempts (the per-answer counts of `retry` too); a
     /// second call finds it no longer failed. The submission's dedup key and its transaction's claim (given
     /// up when the job failed) are taken again for another key TTL, unless they name another job or customer
-    /// by now: the requeued job is again what the API answers for them.
+    /// by now: the requeued job is again what the API answers for them. A claim the customer holds already
+    /// (another job of theirs, or a grant) is left as it is, and this job will not give it up.
     ///
     /// KEYS: job, stream, dead, pending, inflight, and, when the payload can be read, dedup and claim (when
     /// the job has a transaction id). ARGV: jobId, now, access channel, customer, key TTL (s). Returns
@@ -204,7 +221,12 @@ enum QueueScripts {
         end
         if KEYS[7] then
           local owner = redis.call('GET', KEYS[7])
-          if not owner or owner == ARGV[4] then redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[5]) end
+          redis.call('HSET', KEYS[1], 'claimed', owner and 0 or 1)
+          if not owner then
+            redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[5])
+          elseif owner == ARGV[4] then
+            redis.call('EXPIRE', KEYS[7], ARGV[5])
+          end
         end
         redis.call('PUBLISH', ARGV[3], KEYS[4])
         return {'requeued'}
