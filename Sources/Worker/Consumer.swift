@@ -69,6 +69,16 @@ struct Consumer: Service {
                         slots.release(free)
                         failures += 1
                         self.logger.warning("cannot read the queue", metadata: ["error": "\(error)"])
+                        if (error as? RedisError)?.isNoGroup == true {
+                            // Redis lost the group (its data was lost or flushed; a submission's XADD made a new
+                            // stream): create it again, from the stream's start, so nothing accepted is skipped.
+                            do {
+                                try await self.queue.prepare()
+                                self.logger.warning("created the consumer group again")
+                            } catch {
+                                self.logger.warning("cannot create the consumer group", metadata: ["error": "\(error)"])
+                            }
+                        }
                         // Back off while Redis is away: no hot loop, and no crash loop either.
                         try? await Task.sleep(for: .milliseconds(min(5000, 100 << min(failures, 6))))
                         continue

@@ -128,6 +128,24 @@ struct ResilienceTests {
         }
     }
 
+    @Test("a stream and consumer group lost under a running worker (Redis data lost, a flush): the worker creates the group again and grants what comes next")
+    func consumerGroupLost() async throws {
+        try await Self.with { system in
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            try await system.startWorker(name: "e2e-group-lost")
+            try await ReceiptToAccessTests.waitUntilAllGranted(
+                system, publisher, jobs: try await Self.submitCoins(system, publisher, count: 1, emailPrefix: "before"), timeout: .seconds(60)
+            )
+            let redis = try TestEnvironment.redis(connections: 1)
+            try await redis.send("DEL", "\(system.prefix):{q}:jobs")
+            await redis.shutdown()
+            // The next submission's XADD makes a new stream, without the group the worker reads through.
+            let jobs = try await Self.submitCoins(system, publisher, count: 5, emailPrefix: "after")
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(60))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 6)
+        }
+    }
+
     @Test("with Apple down, jobs show retrying with growing delays, and all are granted once it is back")
     func appleOutage() async throws {
         try await Self.with(["TOLLGATE_RETRY_BASE_MS": "200", "TOLLGATE_RETRY_MAX_DELAY_MS": "3000", "TOLLGATE_APPLE_TIMEOUT_MS": "1000"]) { system in

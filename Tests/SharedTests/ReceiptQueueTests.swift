@@ -97,6 +97,18 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("counts without a consumer group (no worker has started yet, or Redis lost it): all queued, none processing")
+    func countsWithoutGroup() async throws {
+        try await Self.withQueue { harness in
+            try await harness.redis.send("XGROUP", "DESTROY", harness.keys.stream, harness.keys.group)
+            let job = Fixtures.job()
+            #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId))
+            #expect(try await harness.queue.counts() == QueueCounts(queued: 1, processing: 0, retrying: 0, dead: 0))
+            #expect(try await harness.queue.existing(job)?.jobId == job.jobId)
+            #expect(try await harness.queue.existing(Fixtures.job()) == nil)
+        }
+    }
+
     @Test("the same submission again is a duplicate with the same job id, and no second entry")
     func duplicate() async throws {
         try await Self.withQueue { harness in

@@ -15,15 +15,19 @@ struct PaymentController {
         let submission = try PaymentSubmission(json: try await JSONObject.read(request))
 
         let products = try await self.services.offerProducts(publisherId: publisher.id, offerId: submission.offerId)
-        guard products.contains(where: \.enabled) else {
-            throw APIError.invalid("offerId", code: "offer_disabled", "offerId is disabled")
-        }
-
         let job = ReceiptJob(
             jobId: ReceiptJob.newJobId(), publisherId: publisher.id, customerEmail: submission.customerEmail,
             offerId: submission.offerId, transactionId: submission.transactionId, receiptData: submission.receiptData,
             appType: submission.appType, ipAddress: submission.ipAddress, acceptedAtMilliseconds: WallClock.nowMilliseconds()
         )
+        guard products.contains(where: \.enabled) else {
+            // A resubmission (a retry after a lost answer) of a receipt accepted before the offer was
+            // disabled still gets its job id, as CONTRACT.md promises for as long as the job is retained.
+            guard let existing = try await self.services.queue.existing(job) else {
+                throw APIError.invalid("offerId", code: "offer_disabled", "offerId is disabled")
+            }
+            return Self.resubmitted(jobId: existing.jobId, status: existing.status, context: context)
+        }
         switch try await self.services.queue.enqueue(job, keyTTLSeconds: self.services.keyTTLSeconds) {
         case .created(let jobId):
             // Before answering: this process' next poll for the customer must already say `pending`.
@@ -31,12 +35,17 @@ struct PaymentController {
             context.logger.info("receipt accepted", metadata: ["job": "\(jobId)", "offer": "\(job.offerId)"])
             return JSONBody.response(.ok, Self.accepted(jobId: jobId))
         case .duplicate(let jobId, let status):
-            // CONTRACT.md's answer is `queued` whatever the job's status by now (`GET /v1/receipts/{jobId}` tells).
-            context.logger.info("receipt resubmitted", metadata: ["job": "\(jobId)", "status": "\(status.rawValue)"])
-            return JSONBody.response(.ok, Self.accepted(jobId: jobId))
+            return Self.resubmitted(jobId: jobId, status: status, context: context)
         case .alreadyClaimed:
             throw APIError(.conflict, code: "already_claimed", "this transaction is already claimed by another customer", field: "receipt.transactionId")
         }
+    }
+
+    /// The answer to the same submission again: CONTRACT.md's answer is `queued` whatever the job's status
+    /// by now (`GET /v1/receipts/{jobId}` tells).
+    static func resubmitted(jobId: String, status: JobStatus, context: TollgateRequestContext) -> Response {
+        context.logger.info("receipt resubmitted", metadata: ["job": "\(jobId)", "status": "\(status.rawValue)"])
+        return JSONBody.response(.ok, Self.accepted(jobId: jobId))
     }
 
     /// `{"jobId":…,"message":"OK","status":"queued"}`.

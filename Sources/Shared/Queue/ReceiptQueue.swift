@@ -63,6 +63,15 @@ public struct ReceiptQueue: Sendable {
         }
     }
 
+    /// The job an earlier identical submission created, and its status, while Redis still knows it: what
+    /// ``enqueue(_:keyTTLSeconds:)`` would answer as a duplicate, without storing anything.
+    public func existing(_ job: ReceiptJob) async throws -> (jobId: String, status: JobStatus)? {
+        guard let jobId = try await self.redis.send("GET", self.keys.dedup(for: job)).string,
+            let status = try await self.redis.send("HGET", self.keys.job(jobId), "status").string.flatMap(JobStatus.init)
+        else { return nil }
+        return (jobId, status)
+    }
+
     // MARK: Reading status
 
     /// The job's status, or `nil` when Redis does not know it (never existed, or retention passed).
@@ -106,7 +115,13 @@ public struct ReceiptQueue: Sendable {
         async let retrying = self.redis.send("ZCARD", self.keys.retry)
         async let dead = self.redis.send("XLEN", self.keys.dead)
         let total = try await length.int ?? 0
-        let held = try await pending.array?.first?.int ?? 0
+        let held: Int
+        do {
+            held = try await pending.array?.first?.int ?? 0
+        } catch let error as RedisError where error.isNoGroup {
+            // No worker has created the group yet (or Redis lost it): nothing was handed to anyone.
+            held = 0
+        }
         return QueueCounts(queued: max(0, total - held), processing: held, retrying: try await retrying.int ?? 0, dead: try await dead.int ?? 0)
     }
 

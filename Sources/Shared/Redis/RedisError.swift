@@ -37,6 +37,9 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     /// Whether Redis said it does not know a script's SHA (after a restart or `SCRIPT FLUSH`).
     public var isNoScript: Bool { self.code == .server && self.message.hasPrefix("NOSCRIPT") }
 
+    /// Whether Redis said the stream's consumer group does not exist (its data was lost or flushed).
+    public var isNoGroup: Bool { self.code == .server && self.message.hasPrefix("NOGROUP") }
+
     /// Whether the failure is one of reaching Redis rather than of the command itself.
     public var isConnectionFailure: Bool { self.code == .connection || self.code == .closed }
 

@@ -317,12 +317,13 @@ struct AdminRouteTests {
         }
     }
 
-    @Test("PATCH enabled=false disables the offer: the next submission is 422 and nothing is enqueued")
+    @Test("PATCH enabled=false disables the offer: the next submission is 422 and nothing is enqueued; one accepted before keeps its job")
     func disableProduct() async throws {
         try await APIHarness.withAPI { api in
             let tenant = try await api.provisionTenant()
             // A first submission caches the offer as enabled.
-            _ = try await api.submit(tenant, Payment.body())
+            let first = Payment.body()
+            let firstJob = try await api.submit(tenant, first)
             #expect(try await api.streamLength() == 1)
 
             let productId = try #require(tenant.productIds[Tenant.Offer.pass])
@@ -338,6 +339,9 @@ struct AdminRouteTests {
             let refused = try await api.pay(tenant, Payment.body(email: "someone.else@example.com"))
             expectError(refused, .unprocessableContent, code: "offer_disabled", field: "offerId")
             #expect(try await api.streamLength() == 1)
+            #expect(try await api.keys() == keysBefore)
+            // The receipt accepted before is not refused when sent again (a retry after a lost answer): same job.
+            #expect(try await api.submit(tenant, first) == firstJob)
             #expect(try await api.keys() == keysBefore)
 
             // Other offers of the publisher still work; enabling again restores the offer.
