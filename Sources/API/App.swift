@@ -43,11 +43,12 @@ struct Serve: AsyncParsableCommand {
 
     @OptionGroup var common: CommonOptions
     @Option(help: "Listen address (overrides TOLLGATE_HTTP_HOST).") var host: String?
-    @Option(help: "Listen port (overrides TOLLGATE_HTTP_PORT).") var port: Int?
+    // Read as text and checked with the variable it overrides: a bad value is one line and exit 2 (CONTRACT.md).
+    @Option(help: "Listen port (overrides TOLLGATE_HTTP_PORT).") var port: String?
 
     func run() async throws {
         let configuration = try loadConfiguration(common.environment([
-            "TOLLGATE_HTTP_HOST": host, "TOLLGATE_HTTP_PORT": port.map(String.init),
+            "TOLLGATE_HTTP_HOST": host, "TOLLGATE_HTTP_PORT": port,
         ]))
         LoggingSetup.bootstrap(format: configuration.logFormat, level: configuration.logLevel)
         let logger = Logger(label: "tollgate.api")

@@ -100,6 +100,11 @@ struct ConfigurationTests {
             ("TOLLGATE_REDIS_URL", "not a url"),
             ("TOLLGATE_DATABASE_URL", "mysql://tollgate@127.0.0.1:3306/tollgate"),
             ("TOLLGATE_DATABASE_URL", "tollgate"),
+            ("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?sslmode=bogus"),
+            ("TOLLGATE_DATABASE_URL", "postgres://tollgate@127.0.0.1:5432/tollgate?no_such_option=1"),
+            ("TOLLGATE_HTTP_HOST", "not a host"),
+            ("TOLLGATE_HTTP_HOST", "-bad-.example"),
+            ("TOLLGATE_HTTP_HOST", "127.0.0.1:8080"),
             ("TOLLGATE_APPLE_PRODUCTION_URL", "ftp://apple.example/verifyReceipt"),
             ("TOLLGATE_APPLE_TIMEOUT_MS", "0"),
             ("TOLLGATE_RETRY_MAX_ATTEMPTS", "many"),
@@ -137,6 +142,9 @@ struct ConfigurationTests {
             ("TOLLGATE_RETRY_BASE_MS", "0"), ("TOLLGATE_RETRY_MAX_DELAY_MS", "0"), ("TOLLGATE_CLAIM_MIN_IDLE_MS", "1"),
             ("TOLLGATE_LOG_LEVEL", "warn"), ("TOLLGATE_LOG_LEVEL", "WARNING"), ("TOLLGATE_LOG_LEVEL", "fatal"),
             ("TOLLGATE_RATE_LIMIT_BURST", "0"), ("TOLLGATE_ADMIN_TOKEN", "admin"),
+            ("TOLLGATE_HTTP_HOST", "0.0.0.0"), ("TOLLGATE_HTTP_HOST", "::1"), ("TOLLGATE_HTTP_HOST", "::"),
+            ("TOLLGATE_HTTP_HOST", "localhost"), ("TOLLGATE_HTTP_HOST", "api-1.internal.example"),
+            ("TOLLGATE_DATABASE_URL", "postgres://tollgate:p%40ss@db.example:5432/tollgate?sslmode=verify-full&connect_timeout=5"),
         ]
     )
     func unusualValues(variable: String, value: String) throws {

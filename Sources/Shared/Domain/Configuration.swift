@@ -95,8 +95,11 @@ public struct Configuration: Sendable {
         else {
             throw ConfigurationError(variable: "TOLLGATE_DATABASE_URL", "expected postgres://user:pass@host:port/db")
         }
+        if let problem = PostgresClient.problem(in: self.databaseURL) {
+            throw ConfigurationError(variable: "TOLLGATE_DATABASE_URL", problem)
+        }
         self.redis = try RedisConfiguration(url: reader.string("TOLLGATE_REDIS_URL", default: "redis://127.0.0.1:6379/0"))
-        self.httpHost = try reader.string("TOLLGATE_HTTP_HOST", default: "127.0.0.1")
+        self.httpHost = try reader.host("TOLLGATE_HTTP_HOST", default: "127.0.0.1")
         self.httpPort = try reader.int("TOLLGATE_HTTP_PORT", default: 8080, range: 0...65535)
         self.adminToken = try reader.optionalSecret("TOLLGATE_ADMIN_TOKEN", recommendedLength: 16, warnings: &self.warnings)
         self.appleProductionURL = try reader.url("TOLLGATE_APPLE_PRODUCTION_URL", default: "https://buy.itunes.apple.com/verifyReceipt")
@@ -162,6 +165,25 @@ struct EnvironmentReader {
             throw ConfigurationError(variable: name, "expected a whole number in \(range.lowerBound)...\(range.upperBound), got '\(text)'")
         }
         return value
+    }
+
+    /// An address to listen on: an IPv4 or IPv6 literal, or a host name (letters, digits and hyphens in
+    /// dot-separated labels of at most 63 characters, 253 in all).
+    func host(_ name: String, default defaultValue: String) throws -> String {
+        let text = self.raw(name) ?? defaultValue
+        var address = in6_addr()
+        if inet_pton(AF_INET, text, &address) == 1 || inet_pton(AF_INET6, text, &address) == 1 { return text }
+        let labels = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        let hyphen = UInt8(ascii: "-")
+        let valid = text.utf8.count <= 253 && labels.allSatisfy { label in
+            (1...63).contains(label.count) && label.first != hyphen && label.last != hyphen
+                && label.allSatisfy { $0 == hyphen || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
+                    || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0 | 0x20) }
+        }
+        guard valid else {
+            throw ConfigurationError(variable: name, "expected an IP address or a host name to listen on, got '\(text)'")
+        }
+        return text
     }
 
     func url(_ name: String, default defaultValue: String) throws -> String {

@@ -29,6 +29,11 @@ public final class PostgresClient: Sendable {
         self.threadPool.start()
     }
 
+    /// Why libpq cannot use `url`, or `nil` when it can (parsing only; reaching the server is not tried).
+    public static func problem(in url: String) -> String? {
+        PostgresConnection.problem(in: url)
+    }
+
     /// Runs one statement on any free connection.
     @discardableResult
     public func query(_ sql: String, _ parameters: [any PostgresEncodable] = []) async throws -> PostgresResult {

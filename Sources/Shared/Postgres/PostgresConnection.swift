@@ -42,6 +42,27 @@ final class PostgresConnection {
         PQfinish(self.handle)
     }
 
+    /// Why libpq could not use this URL (an unknown parameter, a bad escape, an `sslmode` it does not
+    /// know), credentials redacted; `nil` when it reads it. Parses only: no network, no blocking.
+    static func problem(in url: String) -> String? {
+        var error: UnsafeMutablePointer<CChar>?
+        guard let options = PQconninfoParse(url, &error) else {
+            defer { if let error { PQfreemem(error) } }
+            return Self.redacting(url, in: Self.message(error))
+        }
+        defer { PQconninfoFree(options) }
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if String(cString: keyword) == "sslmode", let value = option.pointee.val {
+                let mode = String(cString: value)
+                let known = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
+                if !known.contains(mode) { return "invalid sslmode value: \"\(mode)\" (expected one of \(known.joined(separator: ", ")))" }
+            }
+            option += 1
+        }
+        return nil
+    }
+
     /// libpq quotes the part of a URL it cannot read (a password with a bare `%` or a space, say) in its
     /// error: the URL, its credentials and its password, raw or decoded, become `***` before the text
     /// reaches an error or a log.
