@@ -128,7 +128,8 @@ struct Fulfiller: Sendable {
         guard offerProductIds.contains(matched.productId), let product = appProducts[matched.productId] else {
             return .rejected(.offerMismatch, environment: environment)
         }
-        let renewals = transactions.filter { $0.originalTransactionId == matched.originalTransactionId }
+        let subscription = evidence.subscription(matched.originalTransactionId, offerId: product.offerId)
+        let renewals = subscription.periods
         if verified.expired {
             let end = renewals.compactMap(\.expiresDateMilliseconds).max().map { Int($0 / 1000) }
             return .rejected(.expired, environment: environment, expiresAt: end)
@@ -137,17 +138,18 @@ struct Fulfiller: Sendable {
         let granting = ContinuousClock.now
         let outcome = try await self.grants.grant(GrantRequest(
             job: job, app: app, product: product, transaction: matched, renewals: renewals,
-            gracePeriodEndMilliseconds: evidence.gracePeriodEnds[matched.originalTransactionId], environment: environment,
+            gracePeriodEndMilliseconds: subscription.graceEnd, environment: environment,
             verifiedAt: verifiedAt
         ))
         WorkerMetrics.step(.grant, ContinuousClock.now - granting)
         switch outcome {
         case .granted(let expiresAt):
             // The purchase is the customer's: for a kind claimed by its original transaction, every transaction
-            // of it the answer lists (renewals, restores) and the original.
+            // of it the answer lists (renewals, restores, other products of its subscription group) and the original.
             var claimed = [matched.transactionId]
             if product.kind.claimsByOriginalTransaction {
-                for id in renewals.map(\.transactionId) + [matched.originalTransactionId] where !claimed.contains(id) { claimed.append(id) }
+                let lineage = transactions.filter { $0.originalTransactionId == matched.originalTransactionId }.map(\.transactionId)
+                for id in lineage + [matched.originalTransactionId] where !claimed.contains(id) { claimed.append(id) }
             }
             return .granted(environment: environment, expiresAt: expiresAt.map { Int($0.timeIntervalSince1970) }, claimed: claimed)
         case .alreadyClaimed:

@@ -10,6 +10,41 @@ import TestSupport
 struct AppleRulesProductKindTests {
     static let bundle = "com.example.kinds"
 
+    /// An upgrade or a downgrade within a subscription group keeps the original transaction id: the answer
+    /// lists periods of two products under one original. Each product's periods are access to its own offer.
+    @Test("a subscription switched to another product of its group: each offer's access follows its own product's periods", arguments: ["upgrade", "downgrade"])
+    func subscriptionSwitched(_ direction: String) async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+            try await harness.product(Self.bundle, productId: "yearly", offerId: "YEARLY", kind: .autoRenewable)
+            let now = Millis.now
+            let (from, to) = direction == "upgrade" ? (("monthly", "MONTHLY"), ("yearly", "YEARLY")) : (("yearly", "YEARLY"), ("monthly", "MONTHLY"))
+            let original = ScenarioReceipt.transactionId()
+            let firstEnd = now + 10 * Millis.day
+            let first = ScenarioEntry(from.0, original, original: original, purchase: now - 20 * Millis.day, expires: firstEnd)
+            let granted = try await harness.workUntilFinal(try await harness.submit(
+                offerId: from.1, transactionId: original, receipt: ScenarioReceipt.make(bundleId: Self.bundle, entries: [first])
+            ))
+            #expect(granted.status == .granted)
+
+            // The switch: a period of the other product, same original, ending later.
+            let switched = ScenarioReceipt.transactionId()
+            let switchedEnd = firstEnd + 300 * Millis.day
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                first, ScenarioEntry(to.0, switched, original: original, purchase: firstEnd - Millis.day, expires: switchedEnd),
+            ])
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: to.1, transactionId: switched, receipt: receipt))
+            #expect(record.status == .granted)
+            let newAccess = try await harness.access(to.1)
+            #expect(newAccess.granted, "the product paid for now is granted")
+            #expect(Millis.of(newAccess.expiresAt) == switchedEnd)
+            let oldAccess = try await harness.access(from.1)
+            #expect(Millis.of(oldAccess.expiresAt) == firstEnd, "the earlier product's access is not extended by the other product's period")
+            #expect(try await harness.ledgerRow(switched)?.state == "fulfilled")
+        }
+    }
+
     @Test("the same consumable receipt posted as ten jobs of one customer credits its coins once")
     func consumableTenTimes() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in

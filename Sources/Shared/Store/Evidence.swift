@@ -47,4 +47,16 @@ public struct Evidence: Sendable {
         self.job = job
         self.verifiedAt = verifiedAt
     }
+
+    /// The periods of the subscription `original` that are access to `offerId`, and its grace period's
+    /// end when the subscription's latest period is this offer's. One subscription (one original
+    /// transaction) may hold periods of several products of its group, after an upgrade or a downgrade:
+    /// each product's periods are access to its own offer, never another's.
+    public func subscription(_ original: String, offerId: String) -> (periods: [AppleTransaction], graceEnd: Int64?) {
+        let lineage = self.transactions.filter { $0.originalTransactionId == original }
+        let periods = lineage.filter { self.products[$0.productId]?.offerId == offerId }
+        let latest = lineage.max { ($0.expiresDateMilliseconds ?? 0, $0.transactionId) < ($1.expiresDateMilliseconds ?? 0, $1.transactionId) }
+        let current = latest.flatMap { self.products[$0.productId]?.offerId } == offerId
+        return (periods, current ? self.gracePeriodEnds[original] : nil)
+    }
 }

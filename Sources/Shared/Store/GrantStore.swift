@@ -198,7 +198,7 @@ public struct GrantStore: Sendable {
         }
     }
 
-    /// The periods of one subscription the answer lists, and the customer who owns it.
+    /// The periods of one subscription the answer lists for one offer, and the customer who owns it.
     private struct Renewal {
         let holder: CustomerOffer
         let product: Product
@@ -213,15 +213,24 @@ public struct GrantStore: Sendable {
             "SELECT claim_key, customer_email FROM claims WHERE publisher_id = $1 AND claim_key = ANY($2) ORDER BY customer_email, claim_key",
             [evidence.publisherId, PostgresTextArray(periods.keys.map { "original:\($0)" })]
         ).rows
-        return try owners.compactMap { owner in
+        return try owners.flatMap { owner -> [Renewal] in
             let original = String(try owner.decode(String.self, "claim_key").dropFirst("original:".count))
-            guard let entries = periods[original], let product = entries.lazy.compactMap({ evidence.products[$0.productId] }).first,
-                let latest = entries.compactMap(\.expiresDateMilliseconds).max()
-            else { return nil }
-            return Renewal(
-                holder: CustomerOffer(customerEmail: try owner.decode(String.self, "customer_email"), offerId: product.offerId),
-                product: product, entries: entries, end: Self.date(max(latest, evidence.gracePeriodEnds[original] ?? latest))
-            )
+            let customer = try owner.decode(String.self, "customer_email")
+            guard let entries = periods[original] else { return [] }
+            // An upgrade or a downgrade keeps the original transaction: each product's periods extend its own offer.
+            let offers = Set(entries.compactMap { evidence.products[$0.productId]?.offerId }).sorted()
+            return offers.compactMap { offerId in
+                let subscription = evidence.subscription(original, offerId: offerId)
+                let ids = Set(entries.map(\.transactionId))
+                let counted = subscription.periods.filter { ids.contains($0.transactionId) }
+                guard let product = counted.lazy.compactMap({ evidence.products[$0.productId] }).first,
+                    let latest = counted.compactMap(\.expiresDateMilliseconds).max()
+                else { return nil }
+                return Renewal(
+                    holder: CustomerOffer(customerEmail: customer, offerId: offerId), product: product, entries: counted,
+                    end: Self.date(max(latest, subscription.graceEnd ?? latest))
+                )
+            }
         }
     }
 
