@@ -527,6 +527,31 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a subscription refunded and bought again: a submission naming an earlier, granted period grants the new period")
+    func resubscribedThroughOldPeriod() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let original = Fixtures.transactionId()
+            let first = Self.period(original, original, ends: now.addingTimeInterval(-5 * Self.day))
+            var second = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(25 * Self.day))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second])) == .granted(expiresAt: Self.date(second.expiresDateMilliseconds)))
+            second.cancellationDateMilliseconds = Self.ms(now.addingTimeInterval(-Self.day))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, second, renewals: [first, second])) == .refunded)
+            #expect(try await world.access("a@example.com", world.subscription).granted == false)
+
+            // Subscribed again; the middleware names the first period, which was granted long ago.
+            let third = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(30 * Self.day))
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, second, third]))
+            let end = Self.date(third.expiresDateMilliseconds)
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second, third])) == .granted(expiresAt: end))
+            let access = try await world.access("a@example.com", world.subscription)
+            #expect(access.granted)
+            #expect(Self.close(access.expiresAt, end))
+            // Once granted, the same submission again is done: nothing changes.
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second, third])) == .granted(expiresAt: end))
+        }
+    }
+
     @Test("refunding one of two stacked passes keeps the other's days", arguments: ["first", "second"])
     func refundOneStackedPass(_ refunded: String) async throws {
         try await Self.withWorld { world in

@@ -80,7 +80,12 @@ public struct GrantStore: Sendable {
             try await session.pipeline(releaseClaim + [("COMMIT", [])])
             return .refunded
         }
-        if ledger.state == "fulfilled" {
+        // Done before: unless it is a subscription's period whose access was since revoked (a refund) while
+        // the answer lists a period still paid for (the customer subscribed again): that period grants now,
+        // whichever of the subscription's transaction ids the submission names.
+        let resubscribed = request.product.kind == .autoRenewable && ledger.entitlement?.active != true
+            && Self.newExpiry(request: request, current: ledger.entitlement) != nil
+        if ledger.state == "fulfilled", !resubscribed {
             try await session.query("COMMIT")
             return .granted(expiresAt: ledger.entitlement?.expiresAt ?? ledger.grantedUntil)
         }
