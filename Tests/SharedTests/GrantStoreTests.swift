@@ -552,6 +552,25 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("refunding one of two stacked passes keeps the other's days as sold, though the product's days changed since")
+    func refundAfterDurationChanged() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let first = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)))
+            var second = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
+            _ = try await world.grants.grant(world.request("a@example.com", world.pass, first, verifiedAt: now))
+            _ = try await world.grants.grant(world.request("a@example.com", world.pass, second, verifiedAt: now))
+            // The publisher sells a shorter pass under the same product from now on.
+            _ = try await world.catalog.updateProduct(id: world.pass.id, ProductPatch(durationDays: 7))
+
+            second.cancellationDateMilliseconds = Self.ms(now)
+            #expect(try await world.grants.grant(world.request("a@example.com", world.pass, second, verifiedAt: now)) == .refunded)
+            let access = try await world.access("a@example.com", world.pass)
+            #expect(access.granted)
+            #expect(Self.close(access.expiresAt, Self.date(first.purchaseDateMilliseconds).addingTimeInterval(30 * Self.day)), "the first pass's 30 days, as sold")
+        }
+    }
+
     @Test("refunding one of two stacked passes keeps the other's days", arguments: ["first", "second"])
     func refundOneStackedPass(_ refunded: String) async throws {
         try await Self.withWorld { world in

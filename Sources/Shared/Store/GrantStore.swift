@@ -131,8 +131,11 @@ public struct GrantStore: Sendable {
         }
         try await session.pipeline([write] + renewals + [
             (
-                "UPDATE transactions SET state = 'fulfilled', fulfilled_at = now(), granted_until = $2, last_error = NULL WHERE id = $1",
-                [ledger.id, expiresAt]
+                """
+                UPDATE transactions SET state = 'fulfilled', fulfilled_at = now(), granted_until = $2, duration_days = $3, last_error = NULL
+                WHERE id = $1
+                """,
+                [ledger.id, expiresAt, request.product.kind == .nonRenewing ? request.product.durationDays : nil]
             ),
             ("COMMIT", []),
         ])
@@ -463,14 +466,15 @@ public struct GrantStore: Sendable {
     }
 
     /// The customer's stack of non-renewing passes for an offer, recomputed from the passes still granted
-    /// (each `durationDays` from its purchase, after the access before it), leaving out a refunded one;
+    /// (each with the days it was sold with, from its purchase, after the access before it), leaving out a refunded one;
     /// revoked when none is left. Access with no expiry (a non-consumable of the same offer) is kept.
     private static func restackPasses(
         publisherId: UUID, customerEmail: String, offerId: String, without refunded: Int64, cancelledAt: Date, session: PostgresSession
     ) async throws {
         let passes = try await session.query(
             """
-            SELECT t.id, COALESCE(t.purchase_date, t.verified_at) AS purchased, p.duration_days FROM transactions t
+            SELECT t.id, COALESCE(t.purchase_date, t.verified_at) AS purchased, COALESCE(t.duration_days, p.duration_days) AS duration_days
+            FROM transactions t
             JOIN products p ON p.id = t.product_ref
             WHERE t.publisher_id = $1 AND t.customer_email = $2 AND t.offer_id = $3 AND t.id <> $4
               AND t.state = 'fulfilled' AND t.cancellation_date IS NULL AND p.kind = 'non_renewing'

@@ -165,5 +165,11 @@ public enum Migrations {
             CREATE TRIGGER products_ids_are_permanent BEFORE UPDATE OF id ON products
                 FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id) EXECUTE FUNCTION tollgate_catalog_rows_are_permanent();
             """),
+        Migration(version: 5, name: "a pass keeps the days it was sold with", sql: """
+            -- A non-renewing pass's days, as the product said when it was granted: a refund of another pass
+            -- restacks the rest with these, not with whatever the product says by then. Rows granted before
+            -- this migration have none and use the product's.
+            ALTER TABLE transactions ADD COLUMN duration_days integer;
+            """),
     ]
 }
