@@ -552,14 +552,20 @@ struct GrantStoreTests {
         }
     }
 
+    /// Two 30-day passes granted to a@example.com, bought a day apart (the second `now`), so they stack.
+    static func twoStackedPasses(_ world: World, now: Date) async throws -> (first: AppleTransaction, second: AppleTransaction) {
+        let first = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)))
+        let second = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
+        for pass in [first, second] { _ = try await world.grants.grant(world.request("a@example.com", world.pass, pass, verifiedAt: now)) }
+        return (first, second)
+    }
+
     @Test("refunding one of two stacked passes keeps the other's days as sold, though the product's days changed since")
     func refundAfterDurationChanged() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let first = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)))
-            var second = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
-            _ = try await world.grants.grant(world.request("a@example.com", world.pass, first, verifiedAt: now))
-            _ = try await world.grants.grant(world.request("a@example.com", world.pass, second, verifiedAt: now))
+            let (first, stacked) = try await Self.twoStackedPasses(world, now: now)
+            var second = stacked
             // The publisher sells a shorter pass under the same product from now on.
             _ = try await world.catalog.updateProduct(id: world.pass.id, ProductPatch(durationDays: 7))
 
@@ -575,10 +581,7 @@ struct GrantStoreTests {
     func refundOneStackedPass(_ refunded: String) async throws {
         try await Self.withWorld { world in
             let now = Date()
-            var first = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)))
-            var second = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
-            _ = try await world.grants.grant(world.request("a@example.com", world.pass, first, verifiedAt: now))
-            _ = try await world.grants.grant(world.request("a@example.com", world.pass, second, verifiedAt: now))
+            var (first, second) = try await Self.twoStackedPasses(world, now: now)
             let firstEnd = Self.date(first.purchaseDateMilliseconds).addingTimeInterval(30 * Self.day)
             #expect(Self.close(try await world.access("a@example.com", world.pass).expiresAt, firstEnd.addingTimeInterval(30 * Self.day)))
 
