@@ -10,6 +10,12 @@ import TestSupport
 struct AppleRulesClaimTests {
     static let bundle = "com.example.claims"
 
+    /// The app, and its monthly subscription sold as offer MONTHLY.
+    static func monthlySubscription(_ harness: WorkerHarness) async throws {
+        try await harness.app(Self.bundle)
+        try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+    }
+
     @Test("a consumable transaction granted to one customer is already_claimed for another; the first grant stays intact")
     func consumableClaimed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
@@ -78,8 +84,7 @@ struct AppleRulesClaimTests {
                 let purchase = try await harness.coinsPurchase(bundle: Self.bundle)
                 (offerId, ids, receipt) = ("COINS100", [purchase.transaction], purchase.receipt)
             } else {
-                try await harness.app(Self.bundle)
-                try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+                try await Self.monthlySubscription(harness)
                 let now = Millis.now
                 let (original, renewal) = (ScenarioReceipt.transactionId(), ScenarioReceipt.transactionId())
                 offerId = "MONTHLY"
@@ -112,8 +117,7 @@ struct AppleRulesClaimTests {
     @Test("an auto-renewable is claimed by original_transaction_id: a renewal of A's subscription submitted by B is already_claimed")
     func subscriptionRenewalClaimed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+            try await Self.monthlySubscription(harness)
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let firstEnd = now + 3 * Millis.day
@@ -145,8 +149,7 @@ struct AppleRulesClaimTests {
     @Test("a lapsed subscription checked by one customer claims nothing: the next customer who buys it again is granted")
     func lapsedSubscriptionNotClaimed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+            try await Self.monthlySubscription(harness)
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let lapsed = ScenarioEntry("monthly", original, original: original, purchase: now - 40 * Millis.day, expires: now - 10 * Millis.day)
