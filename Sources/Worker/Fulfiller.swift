@@ -112,7 +112,7 @@ struct Fulfiller: Sendable {
 
         let offerProductIds = Set(offerProducts.filter { $0.appId == app.id }.map(\.productId))
         let transactions = evidence.transactions
-        let matched: AppleTransaction
+        var matched: AppleTransaction
         if let transactionId = job.transactionId {
             guard let found = transactions.first(where: { $0.transactionId == transactionId }) else {
                 return .rejected(.transactionNotFound, environment: environment)
@@ -133,6 +133,14 @@ struct Fulfiller: Sendable {
         if verified.expired {
             let end = renewals.compactMap(\.expiresDateMilliseconds).max().map { Int($0 / 1000) }
             return .rejected(.expired, environment: environment, expiresAt: end)
+        }
+        // A refunded period of a subscription the customer still pays for (a period refunded alone, or the
+        // subscription bought again after a refund): the submission names the refund, the customer is owed
+        // the period paid for. Middleware often keeps naming the first transaction it saw.
+        if product.kind == .autoRenewable, matched.isCancelled,
+            let paid = Self.paidPeriod(renewals, graceEnd: subscription.graceEnd, at: verifiedAt)
+        {
+            matched = paid
         }
 
         let granting = ContinuousClock.now
@@ -159,6 +167,14 @@ struct Fulfiller: Sendable {
         case .expired(let expiresAt):
             return .rejected(.expired, environment: environment, expiresAt: expiresAt.map { Int($0.timeIntervalSince1970) })
         }
+    }
+
+    /// The latest period not refunded, when it (or the subscription's grace period) has not ended by `now`.
+    static func paidPeriod(_ periods: [AppleTransaction], graceEnd: Int64?, at now: Date) -> AppleTransaction? {
+        let paid = periods.filter { !$0.isCancelled }
+        guard let latest = paid.max(by: { ($0.expiresDateMilliseconds ?? 0) < ($1.expiresDateMilliseconds ?? 0) }) else { return nil }
+        let end = max(latest.expiresDateMilliseconds ?? 0, graceEnd ?? 0)
+        return Double(end) / 1000 > now.timeIntervalSince1970 ? latest : nil
     }
 
     /// What asking Apple gave: an answer to check (status 0, or 21006 with its receipt), or an outcome already.

@@ -248,6 +248,41 @@ struct AppleRulesRefundTests {
         }
     }
 
+    @Test("a submission naming a refunded period of a subscription still paid for grants the period paid for; with none paid for, it is refunded")
+    func refundedPeriodNamedWhileSubscribed() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            _ = try await Self.addProduct(.autoRenewable, to: harness)
+            let now = Millis.now
+            // Refunded, then bought again as a new period of the same subscription; the middleware still
+            // names the transaction it saw first.
+            let first = ScenarioReceipt.transactionId()
+            let again = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                ScenarioEntry("monthly", first, original: first, purchase: now - 10 * Millis.day, expires: now + 20 * Millis.day, cancelled: now - 5 * Millis.day),
+                ScenarioEntry("monthly", again, original: first, purchase: now - 1000, expires: now + 30 * Millis.day),
+            ])
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: first, receipt: receipt))
+            #expect(record.status == .granted)
+            let access = try await harness.access("MONTHLY")
+            #expect(access.granted)
+            #expect(access.expiresAt.map(Millis.of) == now + 30 * Millis.day)
+            #expect(try await harness.ledgerRow(again)?.state == "fulfilled")
+
+            // Another customer's subscription: refunded, and the period after it lapsed. Nothing is paid for.
+            let other = "other@example.com"
+            let refunded = ScenarioReceipt.transactionId()
+            let lapsed = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                ScenarioEntry("monthly", refunded, original: refunded, purchase: now - 70 * Millis.day, expires: now - 40 * Millis.day, cancelled: now - 50 * Millis.day),
+                ScenarioEntry("monthly", ScenarioReceipt.transactionId(), original: refunded, purchase: now - 40 * Millis.day, expires: now - 10 * Millis.day),
+            ])
+            let rejected = try await harness.workUntilFinal(try await harness.submit(email: other, offerId: "MONTHLY", transactionId: refunded, receipt: lapsed))
+            #expect(rejected.status == .rejected)
+            #expect(rejected.reason == "refunded")
+            #expect(try await harness.access("MONTHLY", email: other).granted == false)
+        }
+    }
+
     /// Where the refund of a consumable is learnt.
     enum RefundSource: String, CaseIterable, Sendable {
         case nextPurchase, resubmission
