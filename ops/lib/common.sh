@@ -84,9 +84,32 @@ tg_install_deps() {
   tg_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
     --no-install-recommends --no-upgrade "${missing[@]}" </dev/null \
     || tg_die "apt-get install failed for: ${missing[*]}"
-  # Debian starts a system redis/postgres from the packages; we run our own,
-  # on our own ports, so those are left alone (we never bind their ports in tests).
+  # Where services may start (a VM; not these containers, whose policy-rc.d forbids it), Debian starts
+  # the packages' own Redis on 6379 and PostgreSQL cluster on 5432: the ports `ops/local` uses. Just
+  # installed, they hold nothing; they are stopped and kept from starting at boot. We run our own.
+  [[ " ${missing[*]} " != *" redis-server "* ]] || tg_quiet_system_redis
+  [[ " ${missing[*]} " != *" postgresql-15 "* ]] || tg_quiet_system_postgres
   tg_log "system packages installed"
+}
+
+# Stop the redis-server service the package just started, and disable it.
+tg_quiet_system_redis() {
+  if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
+    tg_as_root systemctl disable --now redis-server >/dev/null 2>&1 || tg_warn "could not stop the system's redis-server service"
+  elif [[ -x /etc/init.d/redis-server ]]; then
+    tg_as_root /etc/init.d/redis-server stop >/dev/null 2>&1 || true
+    ! command -v update-rc.d >/dev/null 2>&1 || tg_as_root update-rc.d redis-server disable >/dev/null 2>&1 || true
+  fi
+}
+
+# Stop the cluster `15 main` the package just created (only that one: another version's clusters are
+# someone's data), and start it only by hand from now on.
+tg_quiet_system_postgres() {
+  [[ -f /etc/postgresql/15/main/start.conf ]] || return 0
+  tg_as_root sh -c 'echo manual >/etc/postgresql/15/main/start.conf' || tg_warn "could not set the system's PostgreSQL cluster to start by hand"
+  if command -v pg_ctlcluster >/dev/null 2>&1; then
+    tg_as_root pg_ctlcluster 15 main stop >/dev/null 2>&1 || true
+  fi
 }
 
 # ------------------------------------------------------------------- ports
@@ -431,12 +454,19 @@ tg_start_redis() {
   done
 }
 
-# Stop the Redis started by tg_start_redis DIR PORT.
+# Stop the Redis started by tg_start_redis DIR PORT, and only that one: a Redis on PORT that is not the
+# redis-server of DIR's pid file (someone else's, on the default port) is left alone.
 tg_stop_redis() {
   local dir="$1" port="$2" pid
   pid="$(tg_pidfile_pid "$dir/redis.pid")"
-  if [[ -z "$pid" ]] && ! tg_redis_ping "$port"; then
+  if [[ -n "$pid" ]] && ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-server .*:$port\b"; then
+    pid=""
+  fi
+  if [[ -z "$pid" ]]; then
     rm -f "$dir/redis.pid"
+    if tg_redis_ping "$port"; then
+      tg_warn "a Redis on 127.0.0.1:$port is not the one started in $dir; left running"
+    fi
     return 0
   fi
   tg_log "stopping Redis (127.0.0.1:$port)"
