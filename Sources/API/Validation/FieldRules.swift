@@ -87,16 +87,18 @@ enum FieldRules {
         return text
     }
 
-    /// An IPv4 or IPv6 address.
-    static func ipAddress(_ text: String, field: String = "ipAddress") throws -> String {
+    /// The client address to keep from `ipAddress`: an IPv4 or IPv6 address, or the first of an
+    /// `X-Forwarded-For` list ("client, proxy, …"); anything else is not kept. The field is optional and
+    /// informational, so it never refuses a paid receipt: CONTRACT.md's 422 list does not name it.
+    static func clientAddress(_ text: String) -> String? {
+        let first = text.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+        let candidate = first.trimmingCharacters(in: .whitespaces)
         var v4 = in_addr()
         var v6 = in6_addr()
         // inet_pton reads a C string: an embedded NUL would hide whatever follows it from the check.
-        guard text.utf8.count <= 45, !text.utf8.contains(0),
-            inet_pton(AF_INET, text, &v4) == 1 || inet_pton(AF_INET6, text, &v6) == 1
-        else {
-            throw APIError.invalid(field, code: "invalid_ip_address", "\(field) must be an IPv4 or IPv6 address")
-        }
-        return text
+        guard candidate.utf8.count <= 45, !candidate.utf8.contains(0),
+            inet_pton(AF_INET, candidate, &v4) == 1 || inet_pton(AF_INET6, candidate, &v6) == 1
+        else { return nil }
+        return candidate
     }
 }

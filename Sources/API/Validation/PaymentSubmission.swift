@@ -38,6 +38,6 @@ struct PaymentSubmission: Equatable {
         } else {
             self.appType = .ios
         }
-        self.ipAddress = try ipAddress.flatMap { $0.isEmpty ? nil : try FieldRules.ipAddress($0) }
+        self.ipAddress = ipAddress.flatMap(FieldRules.clientAddress)
     }
 }

@@ -72,7 +72,6 @@ struct PaymentSubmissionTests {
         Refusal("transactionId with a space", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)","transactionId":"a b"}}"#, .unprocessableContent, "invalid_transaction_id", "receipt.transactionId"),
         Refusal("appType android", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"appType":"android"}"#, .unprocessableContent, "invalid_app_type", "appType"),
         Refusal("appType empty", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"appType":""}"#, .unprocessableContent, "invalid_app_type", "appType"),
-        Refusal("bad ipAddress", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"ipAddress":"999.1.1.1"}"#, .unprocessableContent, "invalid_ip_address", "ipAddress"),
     ]
 
     @Test("each malformed body gives its status, code and field", arguments: PaymentSubmissionTests.refusals)
@@ -96,6 +95,15 @@ struct PaymentSubmissionTests {
         #expect(submission.receiptData == Self.rd)
         #expect(submission.appType == .tvos)
         #expect(submission.ipAddress == "2001:db8::1")
+    }
+
+    @Test("an ipAddress that is not an address is not kept, and the receipt is accepted; an X-Forwarded-For list keeps its first", arguments: [
+        ("999.1.1.1", nil), ("unknown", nil), ("1.2.3.4:5678", nil), ("", nil),
+        ("203.0.113.7, 10.0.0.1", "203.0.113.7"), (" 2001:db8::1 ", "2001:db8::1"),
+    ] as [(String, String?)])
+    func ipAddressKeptOrNot(_ input: String, _ kept: String?) throws {
+        let submission = try Self.parse(#"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(Self.rd)"},"ipAddress":"\#(input)"}"#)
+        #expect(submission.ipAddress == kept)
     }
 
     @Test("appType defaults to ios; transactionId and ipAddress are optional")
