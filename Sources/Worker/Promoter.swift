@@ -2,12 +2,15 @@ import Logging
 import ServiceLifecycle
 import Shared
 
-/// Moves due retries from the delayed set back to the stream, and puts back jobs whose stream entry
-/// vanished. Every worker runs one; each move is one atomic script, so a job is never moved twice.
+/// Moves due retries from the delayed set back to the stream, puts back jobs whose stream entry
+/// vanished, and drops dead letters past the retention. Every worker runs one; each move is one atomic
+/// script, so a job is never moved twice.
 struct Promoter: Service {
     let queue: ReceiptQueue
     /// A job unseen this long whose entry is gone is put back (`TOLLGATE_CLAIM_MIN_IDLE_MS`).
     let lostAfterMilliseconds: Int
+    /// How long a job's status is kept (`TOLLGATE_JOB_RETENTION_S`): older dead letters are dropped.
+    let retentionSeconds: Int
     let logger: Logger
 
     func run() async throws {
@@ -19,8 +22,10 @@ struct Promoter: Service {
                     let now = WallClock.nowMilliseconds()
                     let restored = try await self.queue.restoreLost(olderThan: now - self.lostAfterMilliseconds, now: now)
                     if restored > 0 { self.logger.warning("put back jobs whose stream entry vanished", metadata: ["count": "\(restored)"]) }
+                    let dropped = try await self.queue.trimDeadLetters(now: now, retentionSeconds: self.retentionSeconds)
+                    if dropped > 0 { self.logger.info("dropped dead letters past the retention", metadata: ["count": "\(dropped)"]) }
                 } catch {
-                    self.logger.warning("cannot check for lost entries", metadata: ["error": "\(error)"])
+                    self.logger.warning("cannot check for lost entries or old dead letters", metadata: ["error": "\(error)"])
                 }
             }
             do {

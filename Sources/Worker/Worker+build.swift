@@ -37,7 +37,10 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
         queue: queue, reader: reader, processor: processor, name: configuration.workerName,
         concurrency: configuration.workerConcurrency, claimMinIdleMilliseconds: configuration.claimMinIdleMilliseconds, logger: logger
     )
-    let promoter = Promoter(queue: queue, lostAfterMilliseconds: configuration.claimMinIdleMilliseconds, logger: logger)
+    let promoter = Promoter(
+        queue: queue, lostAfterMilliseconds: configuration.claimMinIdleMilliseconds, retentionSeconds: configuration.jobRetentionSeconds,
+        logger: logger
+    )
 
     let router = Router()
     OperationsRoutes<BasicRequestContext>(registry: registry, redis: redis, database: database).register(on: router)

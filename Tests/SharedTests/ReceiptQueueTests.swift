@@ -423,6 +423,20 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("dead letters older than the retention are dropped with no other job failing, and counted no more")
+    func deadLettersTrimmedAlone() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            for (id, job) in [("\(now - Self.retention * 1000 - 1000)-0", "gone"), ("\(now - Self.retention * 1000 + 60_000)-0", "kept")] {
+                try await harness.redis.send("XADD", harness.keys.dead, id, "job", job, "reason", "internal", "detail", "", "at", "0")
+            }
+            #expect(try await harness.queue.trimDeadLetters(now: now, retentionSeconds: Self.retention) == 1)
+            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == ["kept"])
+            #expect(try await harness.queue.counts().dead == 1)
+            #expect(try await harness.queue.trimDeadLetters(now: now, retentionSeconds: Self.retention) == 0)
+        }
+    }
+
     @Test("a job started more often than attempts allow, without finishing, is poison")
     func poison() async throws {
         try await Self.withQueue { harness in

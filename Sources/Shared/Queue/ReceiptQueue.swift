@@ -292,6 +292,14 @@ public struct ReceiptQueue: Sendable {
         return reply.int ?? 0
     }
 
+    /// Drops the dead letters older than the retention: their jobs' statuses have expired, so they could
+    /// not be requeued. (Dead-lettering trims too, but only when another job fails.) Returns how many.
+    @discardableResult
+    public func trimDeadLetters(now: Int, retentionSeconds: Int) async throws -> Int {
+        let oldest = max(0, now - retentionSeconds * 1000)
+        return try await self.redis.send("XTRIM", self.keys.dead, "MINID", String(oldest)).int ?? 0
+    }
+
     /// The oldest dead letters, up to `limit`.
     public func deadLetters(limit: Int) async throws -> [DeadLetter] {
         let reply = try await self.redis.send("XRANGE", self.keys.dead, "-", "+", "COUNT", String(limit))
