@@ -244,14 +244,15 @@ tg_stop_pidfile() {
   rm -f "$file"
 }
 
-# Pids of processes whose command line contains TEXT (never our own shell).
+# Pids of processes whose command line contains the path TEXT (never our own shell).
 tg_pids_matching() {
   local text="$1" dir pid cmd
   for dir in /proc/[0-9]*; do
     pid="${dir#/proc/}"
     [[ "$pid" == "$$" || "$pid" == "$BASHPID" ]] && continue
     cmd="$( { tr '\0' ' ' <"$dir/cmdline"; } 2>/dev/null || true)"
-    [[ -n "$cmd" && "$cmd" == *"$text"* ]] && printf '%s\n' "$pid"
+    # TEXT as a whole path: /tmp/tollgate-local must not match /tmp/tollgate-local2.
+    [[ -n "$cmd" && ( "$cmd" == *"$text/"* || "$cmd" == *"$text "* ) ]] && printf '%s\n' "$pid"
   done
   return 0
 }
