@@ -9,8 +9,8 @@ import Synchronization
 /// every claim interval, takes over entries that a dead or stalled worker has held too long. While a job
 /// runs longer than a fraction of the claim idle time, it tells the group the entry is still held, so a
 /// live worker's slow job is never claimed and run a second time. On graceful shutdown it stops reading
-/// and lets the jobs in flight finish (the service group's grace period bounds that; jobs cut off then stay
-/// pending for other workers).
+/// and lets the jobs in flight finish (the service group's grace period bounds that; jobs cut off then are
+/// parked for other workers to take at once).
 struct Consumer: Service {
     let queue: ReceiptQueue
     let reader: RedisClient

@@ -72,9 +72,7 @@ struct JobProcessor: Sendable {
             let outcome = await self.fulfiller.fulfil(job, logger: logger)
             WorkerMetrics.inFlight.decrement(by: 1)
             if Task.isCancelled, !outcome.isDecided {
-                // Cut off by a shutdown: the failure may be the cut itself, not Apple or the database. The
-                // entry stays pending and a peer claims it, instead of the job waiting out a retry delay.
-                logger.info("cut off by shutdown; the entry stays pending for another worker")
+                await self.park(cutOff: outcome, delivery: delivery, job: job, logger: logger)
                 return
             }
             await self.record(outcome, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
@@ -123,6 +121,25 @@ struct JobProcessor: Sendable {
         } catch {
             // Not acknowledged: the entry stays pending and is replayed; the grant, if any, is already durable.
             logger.warning("cannot record outcome", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Cut off by a shutdown: the failure may be the cut itself, not Apple or the database, so it is not
+    /// recorded as one. The job is parked due at once: any worker's promoter puts it back on the stream
+    /// within a second, where left pending it would wait for a peer's claim (the claim idle time, a minute).
+    /// Redis unreachable, the entry stays pending and a peer claims it.
+    private func park(cutOff outcome: FulfilmentOutcome, delivery: QueueDelivery, job: ReceiptJob, logger: Logger) async {
+        let reason: JobReason
+        switch outcome {
+        case .retry(let cause, _, _, _), .failed(let cause, _): reason = cause
+        case .granted, .rejected: return
+        }
+        let now = WallClock.nowMilliseconds()
+        do {
+            _ = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: now, reason: reason, now: now)
+            logger.info("cut off by shutdown; parked for another worker at once")
+        } catch {
+            logger.info("cut off by shutdown; the entry stays pending for another worker", metadata: ["error": "\(error)"])
         }
     }
 

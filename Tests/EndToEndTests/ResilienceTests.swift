@@ -66,6 +66,27 @@ struct ResilienceTests {
         }
     }
 
+    @Test("jobs a shutdown cuts off are taken by another worker at once, not after the claim idle time")
+    func cutOffTakenAtOnce() async throws {
+        // A claim idle time far longer than the test's deadline: only parking the cut jobs can meet it.
+        try await Self.with(["TOLLGATE_SHUTDOWN_GRACE_S": "1", "TOLLGATE_CLAIM_MIN_IDLE_MS": "300000"]) { system in
+            let worker = try await system.startWorker(name: "e2e-cut")
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            let jobs = try await Self.submitCoins(system, publisher, count: 5, emailPrefix: "c", extra: ["latencyMs": 4000])
+            _ = try await Poll.until(timeout: .seconds(30), "every job started") {
+                for job in jobs where try await system.job(publisher, job)["attempts"] as? Int != 1 { return nil as Bool? }
+                return true
+            }
+            worker.signal(SIGTERM)
+            #expect(try await worker.waitForExit(timeout: .seconds(30)) == 0)
+            #expect(worker.log().contains("parked for another worker at once"))
+
+            try await system.startWorker(name: "e2e-cut-2")
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(45))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 5)
+        }
+    }
+
     @Test("a worker whose metrics port is taken exits 1 at once, naming the error; what it held is granted once by a peer")
     func metricsPortTaken() async throws {
         try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in
