@@ -386,6 +386,37 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("a job parked by one copy and ended by another leaves the retry set; requeued, it is on the stream once")
+    func parkedCopyEnded() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            let failing = Fixtures.job()
+            let granted = Fixtures.job()
+            // Copy A of each job is parked; copy B (a peer's claim of the same entry) ends it.
+            let failingDelivery = try await harness.enqueueAndStart(failing)
+            let grantedDelivery = try await harness.enqueueAndStart(granted)
+            try await harness.queue.retry(failingDelivery, jobId: failing.jobId, dueAt: now + 1000, reason: .appleUnavailable, now: now)
+            try await harness.queue.retry(grantedDelivery, jobId: granted.jobId, dueAt: now + 1000, reason: .appleUnavailable, now: now)
+            try await harness.queue.deadLetter(nil, job: failing, reason: .appleUnavailable, detail: "x", now: now, retentionSeconds: Self.retention)
+            try await harness.queue.finish(
+                grantedDelivery, job: granted, status: .granted, reason: nil, environment: "Production", expiresAt: nil, now: now,
+                retentionSeconds: Self.retention
+            )
+            #expect(try await harness.queue.counts().retrying == 0, "neither is retrying")
+
+            // The operator requeues the dead letter; the parked copy's due time passes.
+            #expect(try await harness.queue.requeue(
+                jobId: failing.jobId, publisherId: failing.publisherId, customerEmail: failing.customerEmail, offerId: failing.offerId,
+                now: now, keyTTLSeconds: Self.ttl
+            ) == .requeued)
+            // Left in the set by an older version, a final job is not put back either.
+            try await harness.redis.send("ZADD", harness.keys.retry, String(now), granted.jobId)
+            _ = try await harness.queue.promoteDue(now: now + 2000)
+            #expect(try await harness.streamJobIds() == [failing.jobId], "the requeued job once, the granted one not at all")
+            #expect(try await harness.queue.counts().retrying == 0)
+        }
+    }
+
     @Test("deadLetter: status failed, listed in dead letters, counted")
     func deadLetter() async throws {
         try await Self.withQueue { harness in

@@ -91,9 +91,11 @@ enum QueueScripts {
     /// granted them to this customer), whether or not the job was submitted with their ids: another
     /// customer's submission of any of them is refused at once, and no ending of another job frees them.
     ///
-    /// KEYS: job, stream, pending, dead, inflight, the job's claim when it has a transaction id, then the
+    /// A job parked in the retry set (by another copy of it) leaves the set: it is final.
+    ///
+    /// KEYS: job, stream, pending, dead, inflight, retry, the job's claim when it has a transaction id, then the
     /// claims a grant takes. ARGV: entry id, group, status, reason, environment, expiresAt, now, retention (s),
-    /// jobId, access channel, customer, whether KEYS[6] is the job's claim ('1' or '0').
+    /// jobId, access channel, customer, whether KEYS[7] is the job's claim ('1' or '0').
     /// Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
@@ -111,13 +113,14 @@ enum QueueScripts {
           redis.call('HDEL', KEYS[1], 'payload', 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[8])
           if ARGV[12] == '1' and ARGV[3] ~= 'granted' and redis.call('HGET', KEYS[1], 'claimed') == '1'
-            and redis.call('GET', KEYS[6]) == ARGV[11] then redis.call('DEL', KEYS[6]) end
+            and redis.call('GET', KEYS[7]) == ARGV[11] then redis.call('DEL', KEYS[7]) end
         end
         if ARGV[3] == 'granted' then
-          for k = 6, #KEYS do redis.call('SET', KEYS[k], ARGV[11] .. '\\ngranted', 'EX', ARGV[8]) end
+          for k = 7, #KEYS do redis.call('SET', KEYS[k], ARGV[11] .. '\\ngranted', 'EX', ARGV[8]) end
         end
         redis.call('SREM', KEYS[3], ARGV[9])
         redis.call('ZREM', KEYS[5], ARGV[9])
+        redis.call('ZREM', KEYS[6], ARGV[9])
         redis.call('PUBLISH', ARGV[10], KEYS[3])
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
@@ -144,14 +147,16 @@ enum QueueScripts {
         return 1
         """)
 
-    /// Move due retries back to the stream; each id leaves the set once, so none moves twice.
+    /// Move due retries back to the stream; each id leaves the set once, so none moves twice. A job that is
+    /// final by now (another copy of it ended it) only leaves the set.
     ///
     /// KEYS: retry, stream, inflight. ARGV: now (ms), limit, job key prefix.
     static let promote = RedisScript(name: "promote", source: """
         local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
         for _, id in ipairs(due) do
           redis.call('ZREM', KEYS[1], id)
-          if redis.call('EXISTS', ARGV[3] .. id) == 1 then
+          local status = redis.call('HGET', ARGV[3] .. id, 'status')
+          if status and status ~= 'granted' and status ~= 'rejected' and status ~= 'failed' then
             local entry = redis.call('XADD', KEYS[2], '*', 'job', id)
             redis.call('HSET', ARGV[3] .. id, 'entry', entry)
             redis.call('ZADD', KEYS[3], ARGV[1], id)
@@ -164,7 +169,7 @@ enum QueueScripts {
     /// given up as in `finish` (only when this job took it); a job already final is only acknowledged. Entries older than the retention
     /// leave the dead-letter stream (their jobs' statuses have expired, so they could not be requeued).
     ///
-    /// KEYS: job, stream, dead, pending, inflight, and claim when the job has a transaction id. ARGV: entry id,
+    /// KEYS: job, stream, dead, pending, inflight, retry, and claim when the job has a transaction id. ARGV: entry id,
     /// group, jobId, reason, detail, now, retention (s), access channel, customer.
     static let deadLetter = RedisScript(name: "dead-letter", source: """
         local current = redis.call('HGET', KEYS[1], 'status')
@@ -174,12 +179,13 @@ enum QueueScripts {
           redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
           redis.call('HDEL', KEYS[1], 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[7])
-          if KEYS[6] and redis.call('HGET', KEYS[1], 'claimed') == '1' and redis.call('GET', KEYS[6]) == ARGV[9] then
-            redis.call('DEL', KEYS[6])
+          if KEYS[7] and redis.call('HGET', KEYS[1], 'claimed') == '1' and redis.call('GET', KEYS[7]) == ARGV[9] then
+            redis.call('DEL', KEYS[7])
           end
         end
         redis.call('SREM', KEYS[4], ARGV[3])
         redis.call('ZREM', KEYS[5], ARGV[3])
+        redis.call('ZREM', KEYS[6], ARGV[3])
         redis.call('PUBLISH', ARGV[8], KEYS[4])
         if ARGV[1] ~= '' then
           redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
@@ -194,7 +200,10 @@ enum QueueScripts {
     /// by now: the requeued job is again what the API answers for them. A claim the customer holds already
     /// (another job of theirs, or a grant) is left as it is, and this job will not give it up.
     ///
-    /// KEYS: job, stream, dead, pending, inflight, and, when the payload can be read, dedup and claim (when
+    /// It leaves the retry set, where a copy of it may still be parked: else the promoter would put it on the
+    /// stream a second time.
+    ///
+    /// KEYS: job, stream, dead, pending, inflight, retry, and, when the payload can be read, dedup and claim (when
     /// the job has a transaction id). ARGV: jobId, now, access channel, customer, key TTL (s). Returns
     /// {'requeued'} | {'missing'} | {'not_failed', status}.
     static let requeue = RedisScript(name: "requeue", source: """
@@ -213,19 +222,20 @@ enum QueueScripts {
         local entry = redis.call('XADD', KEYS[2], '*', 'job', ARGV[1])
         redis.call('HSET', KEYS[1], 'entry', entry)
         redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
+        redis.call('ZREM', KEYS[6], ARGV[1])
         redis.call('SADD', KEYS[4], ARGV[1])
         redis.call('EXPIRE', KEYS[4], ARGV[5])
-        if KEYS[6] then
-          local holder = redis.call('GET', KEYS[6])
-          if not holder or holder == ARGV[1] then redis.call('SET', KEYS[6], ARGV[1], 'EX', ARGV[5]) end
-        end
         if KEYS[7] then
-          local owner = redis.call('GET', KEYS[7])
+          local holder = redis.call('GET', KEYS[7])
+          if not holder or holder == ARGV[1] then redis.call('SET', KEYS[7], ARGV[1], 'EX', ARGV[5]) end
+        end
+        if KEYS[8] then
+          local owner = redis.call('GET', KEYS[8])
           redis.call('HSET', KEYS[1], 'claimed', owner and 0 or 1)
           if not owner then
-            redis.call('SET', KEYS[7], ARGV[4], 'EX', ARGV[5])
+            redis.call('SET', KEYS[8], ARGV[4], 'EX', ARGV[5])
           elseif owner == ARGV[4] then
-            redis.call('EXPIRE', KEYS[7], ARGV[5])
+            redis.call('EXPIRE', KEYS[8], ARGV[5])
           end
         end
         redis.call('PUBLISH', ARGV[3], KEYS[4])

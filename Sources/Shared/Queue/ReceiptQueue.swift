@@ -196,7 +196,7 @@ public struct ReceiptQueue: Sendable {
         let own = self.claimKeys(job)
         try await self.redis.run(
             QueueScripts.finish,
-            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight] + own
+            keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight, self.keys.retry] + own
                 + claimed.map { self.keys.claim(publisherId: job.publisherId, transactionId: $0) },
             arguments: [
                 delivery.entryId, self.keys.group, status.rawValue, reason?.rawValue ?? "", environment ?? "",
@@ -273,7 +273,7 @@ public struct ReceiptQueue: Sendable {
     ) async throws {
         try await self.redis.run(
             QueueScripts.deadLetter,
-            keys: [self.keys.job(jobId), self.keys.stream, self.keys.dead, pendingKey, self.keys.inflight] + claimKeys,
+            keys: [self.keys.job(jobId), self.keys.stream, self.keys.dead, pendingKey, self.keys.inflight, self.keys.retry] + claimKeys,
             arguments: [
                 delivery?.entryId ?? "", self.keys.group, jobId, reason.rawValue, detail, String(now), String(retentionSeconds),
                 self.keys.accessChannel, customerEmail,
@@ -317,7 +317,7 @@ public struct ReceiptQueue: Sendable {
     ) async throws -> RequeueOutcome {
         var keys = [
             self.keys.job(jobId), self.keys.stream, self.keys.dead,
-            self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId), self.keys.inflight,
+            self.keys.pending(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId), self.keys.inflight, self.keys.retry,
         ]
         // The submission's own keys come from its payload; one this version cannot read is requeued without them.
         if let payload = try await self.redis.send("HGET", self.keys.job(jobId), "payload").string, let job = ReceiptJob(json: payload) {
