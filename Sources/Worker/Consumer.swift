@@ -36,6 +36,7 @@ struct Consumer: Service {
                 // Entries this consumer name held before a restart are replayed once, page by page.
                 var ownPendingCursor: String? = "0"
                 var failures = 0
+                var claiming = false
                 // Cancellation (a sibling service failed, or the grace period ran out) stops reading too.
                 while !stopping.load(ordering: .relaxed), !Task.isCancelled {
                     await slots.acquire()
@@ -52,6 +53,7 @@ struct Consumer: Service {
                             ownPendingCursor = deliveries.last?.entryId
                             if !deliveries.isEmpty { self.logger.info("replaying entries this worker held", metadata: ["count": "\(deliveries.count)"]) }
                         } else if ContinuousClock.now - lastClaim > self.claimInterval {
+                            claiming = true
                             let claimed = try await self.queue.autoclaim(
                                 consumer: self.name, minIdleMilliseconds: self.claimMinIdleMilliseconds, cursor: claimCursor, count: free
                             )
@@ -61,6 +63,7 @@ struct Consumer: Service {
                                 self.logger.info("claimed entries from a silent worker", metadata: ["count": "\(claimed.deliveries.count)"])
                             }
                             deliveries = claimed.deliveries
+                            claiming = false
                         } else {
                             deliveries = try await self.queue.readNew(consumer: self.name, count: free, blockMilliseconds: 1000, blockingClient: self.reader)
                         }
@@ -68,6 +71,13 @@ struct Consumer: Service {
                     } catch {
                         slots.release(free)
                         failures += 1
+                        if claiming {
+                            // The next claim waits an interval and starts over: a claim that keeps failing
+                            // must not stop this worker from reading new entries.
+                            claiming = false
+                            lastClaim = ContinuousClock.now
+                            claimCursor = "0-0"
+                        }
                         self.logger.warning("cannot read the queue", metadata: ["error": "\(error)"])
                         if (error as? RedisError)?.isNoGroup == true {
                             // Redis lost the group (its data was lost or flushed; a submission's XADD made a new
@@ -85,7 +95,12 @@ struct Consumer: Service {
                     }
                     slots.release(free - deliveries.count)
                     for delivery in deliveries {
-                        held.insert(delivery.entryId)
+                        // A claim can hand back an entry this worker runs already (its renewal lagged): one
+                        // run of it is enough.
+                        guard held.insert(delivery.entryId) else {
+                            slots.release()
+                            continue
+                        }
                         group.addTask {
                             await self.processor.process(delivery)
                             held.remove(delivery.entryId)
@@ -96,6 +111,15 @@ struct Consumer: Service {
                 self.logger.info("stopped reading; finishing jobs in flight")
             }
             keeper.cancel()
+            // Every job finished: this name leaves the group, which would otherwise list every worker that ever
+            // ran. One that still holds entries stays, so a restart under the same name resumes them.
+            if !Task.isCancelled {
+                do {
+                    if try await self.queue.leaveGroup(consumer: self.name) { self.logger.info("left the consumer group") }
+                } catch {
+                    self.logger.warning("cannot leave the consumer group", metadata: ["error": "\(error)"])
+                }
+            }
         } onGracefulShutdown: {
             stopping.store(true, ordering: .relaxed)
         }
@@ -136,8 +160,13 @@ struct Consumer: Service {
 final class HeldEntries: Sendable {
     private let entries = Mutex<[String: ContinuousClock.Instant]>([:])
 
-    func insert(_ entryId: String) {
-        self.entries.withLock { $0[entryId] = .now }
+    /// Takes `entryId`; false when it is held already.
+    func insert(_ entryId: String) -> Bool {
+        self.entries.withLock { entries in
+            guard entries[entryId] == nil else { return false }
+            entries[entryId] = .now
+            return true
+        }
     }
 
     func remove(_ entryId: String) {

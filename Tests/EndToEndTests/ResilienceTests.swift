@@ -59,6 +59,7 @@ struct ResilienceTests {
             #expect(status == 0)
             #expect(took < .seconds(20), "shutdown took \(took), grace is 10 s (the rest is slack for a loaded machine)")
             #expect(worker.log().contains("finishing jobs in flight"))
+            #expect(worker.log().contains("left the consumer group"), "every job finished: its name leaves the group")
 
             try await system.startWorker(name: "e2e-graceful-2")
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))

@@ -417,6 +417,28 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("a consumer leaves the group only once it holds no entry")
+    func leaveGroup() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job, consumer: "worker-a")
+            func consumers() async throws -> [String] {
+                try await harness.redis.send("XINFO", "CONSUMERS", harness.keys.stream, harness.keys.group).array?.compactMap { entry in
+                    guard let fields = entry.array, let index = fields.firstIndex(where: { $0.string == "name" }), index + 1 < fields.count else { return nil }
+                    return fields[index + 1].string
+                } ?? []
+            }
+            #expect(try await harness.queue.leaveGroup(consumer: "worker-a") == false, "it holds the job's entry")
+            #expect(try await consumers() == ["worker-a"])
+            try await harness.queue.finish(
+                delivery, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: nil, now: WallClock.nowMilliseconds(),
+                retentionSeconds: Self.retention
+            )
+            #expect(try await harness.queue.leaveGroup(consumer: "worker-a"))
+            #expect(try await consumers().isEmpty)
+        }
+    }
+
     @Test("deadLetter: status failed, listed in dead letters, counted")
     func deadLetter() async throws {
         try await Self.withQueue { harness in

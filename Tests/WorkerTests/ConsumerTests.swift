@@ -12,4 +12,13 @@ struct ConsumerTests {
     func keepInterval(claimMinIdleMilliseconds: Int, expected: Duration) {
         #expect(Consumer.keepInterval(claimMinIdleMilliseconds: claimMinIdleMilliseconds) == expected)
     }
+
+    /// A claim may hand back an entry this worker runs already: it is taken once.
+    @Test func heldEntryTakenOnce() {
+        let held = HeldEntries()
+        #expect(held.insert("1-0"))
+        #expect(held.insert("1-0") == false)
+        held.remove("1-0")
+        #expect(held.insert("1-0"))
+    }
 }

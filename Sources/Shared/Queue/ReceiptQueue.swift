@@ -216,6 +216,14 @@ public struct ReceiptQueue: Sendable {
         return reply.int ?? 0
     }
 
+    /// Removes `consumer` from the group when it holds no entry, and says whether it did. A consumer that
+    /// holds entries is kept: removing it would drop them from the group's pending list.
+    public func leaveGroup(consumer: String) async throws -> Bool {
+        let held = try await self.redis.send("XPENDING", self.keys.stream, self.keys.group, "-", "+", "1", consumer)
+        guard held.array?.isEmpty == true else { return false }
+        return try await self.redis.send("XGROUP", "DELCONSUMER", self.keys.stream, self.keys.group, consumer).int != nil
+    }
+
     /// Acknowledges an entry with nothing to record (its job is final or gone).
     public func acknowledge(_ delivery: QueueDelivery) async throws {
         async let ack = self.redis.send("XACK", self.keys.stream, self.keys.group, delivery.entryId)
