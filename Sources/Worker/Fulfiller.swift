@@ -24,6 +24,20 @@ struct Fulfiller: Sendable {
         }
     }
 
+    /// The outcome an earlier attempt of the job committed in PostgreSQL, if any; nil when there is none or
+    /// PostgreSQL cannot tell now (the attempt then runs as usual).
+    func committed(_ job: ReceiptJob, logger: Logger) async -> FulfilmentOutcome? {
+        do {
+            guard let grant = try await self.grants.committedGrant(job) else { return nil }
+            return .granted(
+                environment: grant.environment, expiresAt: grant.grantedUntil.map { Int($0.timeIntervalSince1970) }, claimed: grant.claimed
+            )
+        } catch {
+            logger.warning("cannot look up an earlier attempt's grant", metadata: ["error": "\(error)"])
+            return nil
+        }
+    }
+
     private func run(_ job: ReceiptJob, logger: Logger) async throws -> FulfilmentOutcome {
         var catalog = try await self.catalog(job.publisherId, fresh: false)
         var fresh = false

@@ -69,7 +69,14 @@ struct JobProcessor: Sendable {
             if attempt == 1 { WorkerMetrics.step(.wait, milliseconds: max(0, began - acceptedAt)) }
             WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
-            let outcome = await self.fulfiller.fulfil(job, logger: logger)
+            let outcome: FulfilmentOutcome
+            if attempt > 1, let committed = await self.fulfiller.committed(job, logger: logger) {
+                // An earlier attempt's grant is in PostgreSQL; only its outcome was never recorded.
+                logger.info("granted by an earlier attempt; recording it")
+                outcome = committed
+            } else {
+                outcome = await self.fulfiller.fulfil(job, logger: logger)
+            }
             WorkerMetrics.inFlight.decrement(by: 1)
             if Task.isCancelled, !outcome.isDecided {
                 await self.park(cutOff: outcome, delivery: delivery, job: job, logger: logger)

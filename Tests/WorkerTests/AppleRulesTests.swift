@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Shared
 import Testing
 import TestSupport
@@ -245,6 +246,43 @@ struct AppleRulesTests {
             #expect(try await harness.ledgerRow(transaction)?.state == "fulfilled")
             #expect(try await harness.access("PREMIUM") == (true, nil))
             #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+        }
+    }
+
+    @Test("a replay of a job whose grant committed before its outcome was recorded finishes granted, though Apple fails since")
+    func replayAfterCommittedGrant() async throws {
+        // The harness' own worker finds Apple down; the first attempt ran against the emulator.
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
+            let jobId = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+
+            // Attempt 1: started and granted in PostgreSQL, then the worker died before recording it.
+            let first = try #require(try await harness.queue.readNew(consumer: "dead", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
+            guard case .ready(let job, 1, _) = try await harness.queue.start(first, now: WallClock.nowMilliseconds(), maxStarts: 10) else {
+                Issue.record("attempt 1 did not start")
+                return
+            }
+            let emulator = Fulfiller(
+                catalog: harness.catalog, grants: GrantStore(database: harness.database), queue: harness.queue,
+                apple: VerifyReceiptClient(
+                    http: harness.http, productionURL: "\(harness.emulatorBase)/verifyReceipt", sandboxURL: "\(harness.emulatorBase)/sandbox/verifyReceipt",
+                    timeoutMilliseconds: 30_000
+                )
+            )
+            #expect(await emulator.fulfil(job, logger: Logger(label: "test.worker")) == .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
+
+            // A peer claims the entry: attempt 2 finds Apple down, and the grant already there.
+            let claimed = try await harness.queue.autoclaim(consumer: "peer", minIdleMilliseconds: 0, cursor: "0-0", count: 1).deliveries
+            #expect(claimed.map(\.jobId) == [jobId])
+            for delivery in claimed { await harness.processor.process(delivery) }
+            let record = try await harness.record(jobId)
+            #expect(record.status == .granted)
+            #expect(record.attempts == 2)
+            #expect(record.environment == "Production")
+            #expect(try await harness.access("PREMIUM") == (true, nil))
         }
     }
 

@@ -142,6 +142,27 @@ public struct GrantStore: Sendable {
         return .granted(expiresAt: expiresAt)
     }
 
+    /// The grant an earlier attempt of this job committed, if its ledger row is still fulfilled: what a
+    /// replay finishes with (the attempt died, or Redis failed, before the outcome was recorded), without
+    /// asking Apple again. Apple failing since, or a subscription lapsed since, must not end such a job
+    /// `failed` or `rejected` while PostgreSQL holds its grant.
+    public func committedGrant(_ job: ReceiptJob) async throws -> CommittedGrant? {
+        guard let row = try await self.database.query(
+            """
+            SELECT t.environment, t.transaction_id, t.original_transaction_id, t.granted_until, p.kind
+            FROM transactions t JOIN products p ON p.id = t.product_ref
+            WHERE t.job_id = $1 AND t.publisher_id = $2 AND t.customer_email = $3 AND t.offer_id = $4 AND t.state = 'fulfilled'
+            ORDER BY t.id DESC LIMIT 1
+            """,
+            [job.jobId, job.publisherId, job.customerEmail, job.offerId]
+        ).first else { return nil }
+        return CommittedGrant(
+            environment: try row.decode(String.self, "environment"), transactionId: try row.decode(String.self, "transaction_id"),
+            originalTransactionId: try row.decode(String.self, "original_transaction_id"), grantedUntil: try row.decode(Date?.self, "granted_until"),
+            kind: ProductKind(rawValue: try row.decode(String.self, "kind")) ?? .consumable
+        )
+    }
+
     /// Applies what an answer says about every transaction it lists: refunds revoke what they granted,
     /// renewals extend the subscription of the customer who owns it. Idempotent: a second run of the same
     /// evidence changes nothing, and reports the same customers and offers it bears on.
