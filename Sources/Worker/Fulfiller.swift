@@ -117,10 +117,12 @@ struct Fulfiller: Sendable {
         }
         // Committed: API caches must forget the answers the evidence bears on. Announced on every run, not
         // only when it changed something, so a run that died between its commit and here is made good by
-        // the replay. Redis being away here means the caches lost their subscription too, which empties them.
+        // the replay. An announcement that fails (this worker's connection, not the caches') makes the job
+        // retry: the evidence is idempotent, and the next attempt announces again.
         if !applied.bearsOn.isEmpty {
             do { try await self.queue.announceAccessChanged(publisherId: job.publisherId, applied.bearsOn) } catch {
                 logger.warning("could not announce an access change", metadata: ["error": "\(error)"])
+                return .retry(.internal, detail: "could not announce an access change", attemptLimit: nil, exhausted: .failed(.internal))
             }
         }
 

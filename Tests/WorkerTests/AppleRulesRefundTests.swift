@@ -146,6 +146,47 @@ struct AppleRulesRefundTests {
         }
     }
 
+    @Test("a refund whose announcement fails makes the job retry, so the next attempt announces it")
+    func refundAnnouncementFails() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            let (productId, offerId) = try await Self.addProduct(.nonConsumable, to: harness)
+            try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
+            let now = Millis.now
+            let first = ScenarioReceipt.transactionId()
+            let firstReceipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry(productId, first, original: first, purchase: now - Millis.day)])
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: first, receipt: firstReceipt)).status == .granted)
+
+            // This worker's Redis connection fails (nothing listens there); API caches still hold the old answer.
+            var unreachable = try RedisConfiguration(url: "redis://127.0.0.1:1/0")
+            unreachable.timeoutMilliseconds = 1000
+            let broken = RedisClient(configuration: unreachable, connections: 1)
+            let fulfiller = Fulfiller(
+                catalog: harness.catalog, grants: GrantStore(database: harness.database), queue: ReceiptQueue(redis: broken, prefix: harness.queue.keys.prefix),
+                apple: VerifyReceiptClient(
+                    http: harness.http, productionURL: "\(harness.emulatorBase)/verifyReceipt", sandboxURL: "\(harness.emulatorBase)/sandbox/verifyReceipt",
+                    timeoutMilliseconds: 30_000
+                )
+            )
+            let next = ScenarioReceipt.transactionId()
+            let job = ReceiptJob(
+                jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "EXTRA",
+                transactionId: next, receiptData: ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                    ScenarioEntry(productId, first, original: first, purchase: now - Millis.day, cancelled: now - 1000),
+                    ScenarioEntry("extra", next, purchase: now),
+                ]),
+                appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+            )
+            let outcome = await fulfiller.fulfil(job, logger: Logger(label: "test.worker"))
+            await broken.shutdown()
+            guard case .retry(.internal, _, _, _) = outcome else {
+                Issue.record("not retried: \(outcome)")
+                return
+            }
+            #expect(try await harness.access(offerId).granted == false, "the refund itself is committed")
+        }
+    }
+
     /// A subscription's periods: the original purchase and `count - 1` renewals of 30 days each, the last
     /// one ending `lastEnds` from now.
     private static func periods(_ count: Int, lastEnds: Int64, cancelled: [Int: Int64] = [:]) -> [ScenarioEntry] {
