@@ -45,6 +45,35 @@ struct AppleRulesProductKindTests {
         }
     }
 
+    @Test("a refunded period of the product switched to takes that offer's access, and leaves the other product's alone")
+    func switchedPeriodRefunded() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+            try await harness.product(Self.bundle, productId: "yearly", offerId: "YEARLY", kind: .autoRenewable)
+            let now = Millis.now
+            let original = ScenarioReceipt.transactionId()
+            let monthlyEnd = now + 10 * Millis.day
+            let monthly = ScenarioEntry("monthly", original, original: original, purchase: now - 20 * Millis.day, expires: monthlyEnd)
+            let yearlyId = ScenarioReceipt.transactionId()
+            let yearly = ScenarioEntry("yearly", yearlyId, original: original, purchase: now - Millis.day, expires: now + 360 * Millis.day)
+            for (offerId, transaction) in [("MONTHLY", original), ("YEARLY", yearlyId)] {
+                let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: offerId == "MONTHLY" ? [monthly] : [monthly, yearly])
+                #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: transaction, receipt: receipt)).status == .granted)
+            }
+
+            // The yearly period is refunded; the monthly one is not.
+            var refunded = yearly
+            refunded.cancellationDateMs = now - 1000
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [monthly, refunded])
+            #expect(try await harness.workUntilFinal(try await harness.inject(offerId: "YEARLY", transactionId: yearlyId, receipt: receipt)).reason == "refunded")
+            #expect(try await harness.access("YEARLY").granted == false, "its only period is refunded; the monthly period is another offer's")
+            let monthlyAccess = try await harness.access("MONTHLY")
+            #expect(monthlyAccess.granted)
+            #expect(Millis.of(monthlyAccess.expiresAt) == monthlyEnd)
+        }
+    }
+
     @Test("the same consumable receipt posted as ten jobs of one customer credits its coins once")
     func consumableTenTimes() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in

@@ -448,6 +448,8 @@ public struct GrantStore: Sendable {
             // A subscription is paid for period by period: one refunded period takes away the access only
             // when no other period of it, still paid for, ends after the refund (a later renewal, or the
             // same subscription bought again). Otherwise the access ends with the latest such period.
+            // Only the refunded period's own customer and offer: after an upgrade or a downgrade, the
+            // other product's periods are another offer's access, neither kept by nor taken with this one.
             let subscription = try cancelled?.decode(String?.self, "kind") == ProductKind.autoRenewable.rawValue
             try await session.query(
                 """
@@ -458,11 +460,12 @@ public struct GrantStore: Sendable {
                 FROM transactions granting, transactions cancelled, LATERAL (
                     SELECT max(other.expires_date) AS until FROM transactions other
                     WHERE $3::boolean AND other.app_id = cancelled.app_id AND other.original_transaction_id = cancelled.original_transaction_id
-                      AND other.customer_email = cancelled.customer_email AND other.id <> cancelled.id
+                      AND other.customer_email = cancelled.customer_email AND other.offer_id = cancelled.offer_id AND other.id <> cancelled.id
                       AND other.cancellation_date IS NULL
                 ) kept
                 WHERE cancelled.id = $1 AND granting.id = e.granted_by AND granting.app_id = cancelled.app_id
                   AND granting.original_transaction_id = cancelled.original_transaction_id AND e.revoked_at IS NULL
+                  AND e.customer_email = cancelled.customer_email AND e.offer_id = cancelled.offer_id
                 """,
                 [ledgerId, cancelledAt, subscription]
             )
