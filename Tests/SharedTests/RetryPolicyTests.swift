@@ -115,6 +115,28 @@ struct RetryPolicyTests {
         #expect(Self.standard.allowsAnotherAttempt(after: 1, ageMilliseconds: ageMilliseconds) == expected)
     }
 
+    @Test("the next attempt is due after the delay, but never past the age limit")
+    func dueWithinAge() {
+        let policy = RetryPolicy(baseMilliseconds: 1000, maxDelayMilliseconds: 300_000, maxAttempts: 15, maxAgeSeconds: 5)
+        var generator = SeededGenerator(seed: 3)
+        let accepted = 1_000_000
+        for attempt in 1...12 {
+            for age in [0, 1000, 4000, 4999] {
+                let now = accepted + age
+                let due = policy.due(afterAttempt: attempt, now: now, acceptedAt: accepted, using: &generator)
+                #expect(due >= now)
+                #expect(due <= accepted + 5000, "attempt \(attempt) at age \(age) is due past the limit")
+                #expect(due - now <= policy.ceiling(afterAttempt: attempt))
+            }
+        }
+        // Far from the limit, the delay is the policy's own.
+        var a = SeededGenerator(seed: 9)
+        var b = SeededGenerator(seed: 9)
+        #expect(Self.standard.due(afterAttempt: 3, now: 10, acceptedAt: 0, using: &a) == 10 + Self.standard.delay(afterAttempt: 3, using: &b))
+        // Already past it (an operator's requeue restarts the age, so this is a late copy): at once.
+        #expect(policy.due(afterAttempt: 1, now: accepted + 9000, acceptedAt: accepted, using: &generator) == accepted + 9000)
+    }
+
     @Test("past either bound, no further attempt")
     func eitherBoundStops() {
         let policy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 100, maxAttempts: 3, maxAgeSeconds: 2)

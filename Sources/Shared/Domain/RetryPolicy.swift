@@ -37,6 +37,22 @@ public struct RetryPolicy: Sendable, Equatable {
         return self.delay(afterAttempt: attempt, using: &generator)
     }
 
+    /// When to try a job again after attempt number `attempt` failed at `now` (Unix ms): after a jittered
+    /// delay, but never past the job's age limit, so its last attempt comes at the limit and not up to a
+    /// maximum delay after it (a job must not stay `retrying` long past `TOLLGATE_RETRY_MAX_AGE_S`).
+    public func due<G: RandomNumberGenerator>(afterAttempt attempt: Int, now: Int, acceptedAt: Int, using generator: inout G) -> Int {
+        let delayed = now + self.delay(afterAttempt: attempt, using: &generator)
+        let (window, wide) = self.maxAgeSeconds.multipliedReportingOverflow(by: 1000)
+        let (limit, late) = acceptedAt.addingReportingOverflow(window)
+        return wide || late ? delayed : max(now, min(delayed, limit))
+    }
+
+    /// ``due(afterAttempt:now:acceptedAt:using:)`` with the system's generator.
+    public func due(afterAttempt attempt: Int, now: Int, acceptedAt: Int) -> Int {
+        var generator = SystemRandomNumberGenerator()
+        return self.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, using: &generator)
+    }
+
     /// Whether a job may be tried again after `attempts` attempts, `ageMilliseconds` after it was accepted.
     public func allowsAnotherAttempt(after attempts: Int, ageMilliseconds: Int) -> Bool {
         attempts < self.maxAttempts && ageMilliseconds < self.maxAgeSeconds * 1000
