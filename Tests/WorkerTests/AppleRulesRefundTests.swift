@@ -101,16 +101,33 @@ struct AppleRulesRefundTests {
         }
     }
 
+    /// A non-consumable granted, then the customer's next purchase (EXTRA): a job (not enqueued) whose
+    /// receipt lists the first purchase refunded. Returns the first purchase's offer, the next purchase's
+    /// transaction id, and the job.
+    private static func refundInNextPurchase(_ harness: WorkerHarness) async throws -> (offerId: String, next: String, job: ReceiptJob) {
+        try await harness.app(Self.bundle)
+        let (productId, offerId) = try await Self.addProduct(.nonConsumable, to: harness)
+        try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
+        let now = Millis.now
+        let first = ScenarioReceipt.transactionId()
+        let firstReceipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry(productId, first, original: first, purchase: now - Millis.day)])
+        #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: first, receipt: firstReceipt)).status == .granted)
+        let next = ScenarioReceipt.transactionId()
+        let job = ReceiptJob(
+            jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "EXTRA",
+            transactionId: next, receiptData: ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                ScenarioEntry(productId, first, original: first, purchase: now - Millis.day, cancelled: now - 1000),
+                ScenarioEntry("extra", next, purchase: now),
+            ]),
+            appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+        )
+        return (offerId, next, job)
+    }
+
     @Test("a refund found in the next purchase's receipt is announced to API caches, and announced again by the job's replay")
     func refundAnnounced() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            let (productId, offerId) = try await Self.addProduct(.nonConsumable, to: harness)
-            try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
-            let now = Millis.now
-            let first = ScenarioReceipt.transactionId()
-            let firstReceipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry(productId, first, original: first, purchase: now - Millis.day)])
-            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: first, receipt: firstReceipt)).status == .granted)
+            let (offerId, next, job) = try await Self.refundInNextPurchase(harness)
 
             // What an API process's cache hears.
             let heard = Mutex<[RedisSubscriber.Event]>([])
@@ -120,15 +137,6 @@ struct AppleRulesRefundTests {
             subscriber.start()
             _ = try await Poll.until(timeout: .seconds(10), "subscribed") { heard.withLock { $0.contains(.subscribed) } ? true : nil }
 
-            let next = ScenarioReceipt.transactionId()
-            let job = ReceiptJob(
-                jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "EXTRA",
-                transactionId: next, receiptData: ScenarioReceipt.make(bundleId: Self.bundle, entries: [
-                    ScenarioEntry(productId, first, original: first, purchase: now - Millis.day, cancelled: now - 1000),
-                    ScenarioEntry("extra", next, purchase: now),
-                ]),
-                appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
-            )
             let refunded = RedisSubscriber.Event.message(
                 harness.queue.keys.pending(publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: offerId)
             )
@@ -149,34 +157,13 @@ struct AppleRulesRefundTests {
     @Test("a refund whose announcement fails makes the job retry, so the next attempt announces it")
     func refundAnnouncementFails() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            let (productId, offerId) = try await Self.addProduct(.nonConsumable, to: harness)
-            try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
-            let now = Millis.now
-            let first = ScenarioReceipt.transactionId()
-            let firstReceipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry(productId, first, original: first, purchase: now - Millis.day)])
-            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: first, receipt: firstReceipt)).status == .granted)
+            let (offerId, _, job) = try await Self.refundInNextPurchase(harness)
 
             // This worker's Redis connection fails (nothing listens there); API caches still hold the old answer.
             var unreachable = try RedisConfiguration(url: "redis://127.0.0.1:1/0")
             unreachable.timeoutMilliseconds = 1000
             let broken = RedisClient(configuration: unreachable, connections: 1)
-            let fulfiller = Fulfiller(
-                catalog: harness.catalog, grants: GrantStore(database: harness.database), queue: ReceiptQueue(redis: broken, prefix: harness.queue.keys.prefix),
-                apple: VerifyReceiptClient(
-                    http: harness.http, productionURL: "\(harness.emulatorBase)/verifyReceipt", sandboxURL: "\(harness.emulatorBase)/sandbox/verifyReceipt",
-                    timeoutMilliseconds: 30_000
-                )
-            )
-            let next = ScenarioReceipt.transactionId()
-            let job = ReceiptJob(
-                jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "EXTRA",
-                transactionId: next, receiptData: ScenarioReceipt.make(bundleId: Self.bundle, entries: [
-                    ScenarioEntry(productId, first, original: first, purchase: now - Millis.day, cancelled: now - 1000),
-                    ScenarioEntry("extra", next, purchase: now),
-                ]),
-                appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
-            )
+            let fulfiller = harness.emulatorFulfiller(queue: ReceiptQueue(redis: broken, prefix: harness.queue.keys.prefix))
             let outcome = await fulfiller.fulfil(job, logger: Logger(label: "test.worker"))
             await broken.shutdown()
             guard case .retry(.internal, _, _, _) = outcome else {

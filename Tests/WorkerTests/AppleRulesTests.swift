@@ -265,13 +265,7 @@ struct AppleRulesTests {
                 Issue.record("attempt 1 did not start")
                 return
             }
-            let emulator = Fulfiller(
-                catalog: harness.catalog, grants: GrantStore(database: harness.database), queue: harness.queue,
-                apple: VerifyReceiptClient(
-                    http: harness.http, productionURL: "\(harness.emulatorBase)/verifyReceipt", sandboxURL: "\(harness.emulatorBase)/sandbox/verifyReceipt",
-                    timeoutMilliseconds: 30_000
-                )
-            )
+            let emulator = harness.emulatorFulfiller()
             #expect(await emulator.fulfil(job, logger: Logger(label: "test.worker")) == .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
 
             // A peer claims the entry: attempt 2 finds Apple down, and the grant already there.

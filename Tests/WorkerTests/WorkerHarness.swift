@@ -117,6 +117,18 @@ final class WorkerHarness: @unchecked Sendable {
         ))
     }
 
+    /// A fulfiller of this harness' catalog and database that asks the emulator, whatever `appleBase` the
+    /// harness' own worker uses; it announces access changes through `queue` (the harness' by default).
+    func emulatorFulfiller(queue: ReceiptQueue? = nil) -> Fulfiller {
+        Fulfiller(
+            catalog: self.catalog, grants: GrantStore(database: self.database), queue: queue ?? self.queue,
+            apple: VerifyReceiptClient(
+                http: self.http, productionURL: "\(self.emulatorBase)/verifyReceipt", sandboxURL: "\(self.emulatorBase)/sandbox/verifyReceipt",
+                timeoutMilliseconds: 30_000
+            )
+        )
+    }
+
     /// Enqueues a submission and returns its job id.
     func submit(email: String = "buyer@example.com", offerId: String, transactionId: String?, receipt: String) async throws -> String {
         let job = ReceiptJob(
