@@ -249,15 +249,20 @@ struct AppleRulesTests {
         }
     }
 
+    /// The PREMIUM non-consumable in the catalog, and one purchase of it submitted: its transaction id and job id.
+    private static func submitPremium(_ harness: WorkerHarness) async throws -> (transactionId: String, jobId: String) {
+        try await harness.app(Self.bundle)
+        try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+        let transaction = ScenarioReceipt.transactionId()
+        let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
+        return (transaction, try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+    }
+
     @Test("a replay of a job whose grant committed before its outcome was recorded finishes granted, though Apple fails since")
     func replayAfterCommittedGrant() async throws {
         // The harness' own worker finds Apple down; the first attempt ran against the emulator.
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
-            let jobId = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let (transaction, jobId) = try await Self.submitPremium(harness)
 
             // Attempt 1: started and granted in PostgreSQL, then the worker died before recording it.
             let first = try #require(try await harness.queue.readNew(consumer: "dead", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
@@ -284,11 +289,7 @@ struct AppleRulesTests {
     func connectionRefused() async throws {
         // Port 1 on loopback: nothing listens there, so every call is refused.
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
-            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let (_, job) = try await Self.submitPremium(harness)
             try await harness.work()
             let first = try await harness.record(job)
             #expect(first.status == .retrying)
