@@ -73,10 +73,9 @@ final class AccessCache: Sendable {
     var isEnabled: Bool { self.lifetimeNanoseconds > 0 }
 
     /// The cached answer for a pending key, or a ticket to store the answer about to be read; `nil`
-    /// while the cache is off or not subscribed.
-    func lookup(_ key: String) -> Lookup? {
+    /// while the cache is off or not subscribed. (`now`: the monotonic clock, in nanoseconds.)
+    func lookup(_ key: String, now: UInt64 = AccessCache.now()) -> Lookup? {
         guard self.isEnabled else { return nil }
-        let now = Self.now()
         let found = self.store.withLock { store -> Lookup? in
             guard store.live else { return nil }
             if let entry = store.entries[key], entry.expires > now { return .hit(entry.answer) }
@@ -98,8 +97,10 @@ final class AccessCache: Sendable {
             guard store.live, store.flushedAt <= ticket.generation, store.invalidatedAt[bucket] <= ticket.generation else { return }
             if store.entries.count >= self.capacity, store.entries[key] == nil {
                 Self.sweep(&store, now: now)
-                // Still full of live answers: start over; emptying counts as a flush for reads in flight.
-                if store.entries.count >= self.capacity { Self.flush(&store, live: true) }
+                // Still nearly full of live answers: start over (emptying counts as a flush for reads in
+                // flight). A sweep then frees a tenth at least, so the next one is that many stores away:
+                // never a sweep of the whole cache, under its lock, at every store.
+                if store.entries.count >= self.capacity - max(1, self.capacity / 10) { Self.flush(&store, live: true) }
             }
             store.entries[key] = Entry(answer: answer, expires: ticket.startedAt + self.lifetimeNanoseconds)
         }
@@ -149,5 +150,5 @@ final class AccessCache: Sendable {
     /// The invalidation bucket of a key.
     static func bucket(_ key: String) -> Int { key.hashValue & (Self.buckets - 1) }
 
-    private static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 }

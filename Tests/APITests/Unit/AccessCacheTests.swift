@@ -10,8 +10,10 @@ struct AccessCacheTests {
     static let pending = AccessCache.Answer(granted: false, expiresAt: nil, pending: true)
 
     /// Looks `key` up and expects a miss; returns its ticket.
-    static func miss(_ cache: AccessCache, _ key: String, sourceLocation: SourceLocation = #_sourceLocation) -> AccessCache.Ticket? {
-        guard case .miss(let ticket)? = cache.lookup(key) else {
+    static func miss(
+        _ cache: AccessCache, _ key: String, now: UInt64 = AccessCache.now(), sourceLocation: SourceLocation = #_sourceLocation
+    ) -> AccessCache.Ticket? {
+        guard case .miss(let ticket)? = cache.lookup(key, now: now) else {
             Issue.record("expected a miss for \(key)", sourceLocation: sourceLocation)
             return nil
         }
@@ -104,6 +106,24 @@ struct AccessCacheTests {
         #expect(Self.hit(cache, "d") == Self.granted)
         cache.store(Self.granted, for: "early", ticket: early)
         _ = Self.miss(cache, "early")
+    }
+
+    @Test("at capacity with few answers expired, it starts over: a sweep is never run at every store")
+    func capacityNearlyAllLive() throws {
+        let cache = AccessCache(lifetimeSeconds: 30, capacity: 10)
+        cache.handle(.subscribed)
+        // One answer read a lifetime ago (expired by now), nine live ones.
+        let old = try #require(Self.miss(cache, "old", now: AccessCache.now() - 31_000_000_000))
+        cache.store(Self.granted, for: "old", ticket: old)
+        for index in 0..<9 {
+            let ticket = try #require(Self.miss(cache, "live-\(index)"))
+            cache.store(Self.granted, for: "live-\(index)", ticket: ticket)
+        }
+        #expect(cache.count == 10)
+        let ticket = try #require(Self.miss(cache, "new"))
+        cache.store(Self.granted, for: "new", ticket: ticket)
+        #expect(cache.count == 1, "the sweep freed one answer of ten: started over instead")
+        #expect(Self.hit(cache, "new") == Self.granted)
     }
 
     @Test("an access that expired since it was cached is answered as no access")
