@@ -20,7 +20,6 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     let http = VerifyReceiptClient.makeHTTPClient(configuration: configuration)
 
     let queue = ReceiptQueue(redis: redis, prefix: configuration.queuePrefix)
-    await prepare(queue: queue, redis: redis, logger: logger)
 
     let catalog = CatalogStore(database: database)
     let fulfiller = Fulfiller(
@@ -35,7 +34,12 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     )
     let consumer = Consumer(
         queue: queue, reader: reader, processor: processor, name: configuration.workerName,
-        concurrency: configuration.workerConcurrency, claimMinIdleMilliseconds: configuration.claimMinIdleMilliseconds, logger: logger
+        concurrency: configuration.workerConcurrency, claimMinIdleMilliseconds: configuration.claimMinIdleMilliseconds,
+        prepare: {
+            try await queue.prepare()
+            await RedisSafety.warnIfUnsafe(redis: redis, logger: logger)
+        },
+        logger: logger
     )
     let promoter = Promoter(
         queue: queue, lostAfterMilliseconds: configuration.claimMinIdleMilliseconds, retentionSeconds: configuration.jobRetentionSeconds,
@@ -67,7 +71,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
         gracefulShutdownSignals: [.sigterm, .sigint],
         logger: logger
     )
-    // Past the grace period the jobs still in flight are cancelled; their entries stay pending for peers.
+    // Past the grace period the jobs still in flight are cancelled and parked for peers to take at once.
     groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownGraceSeconds)
     groupConfiguration.maximumCancellationDuration = .seconds(5)
     logger.info("worker started", metadata: [
@@ -91,18 +95,3 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     logger.info("worker stopped")
 }
 
-/// Creates the consumer group and loads the scripts, retrying while Redis is away.
-private func prepare(queue: ReceiptQueue, redis: RedisClient, logger: Logger) async {
-    var delay = 100
-    while true {
-        do {
-            try await queue.prepare()
-            await RedisSafety.warnIfUnsafe(redis: redis, logger: logger)
-            return
-        } catch {
-            logger.warning("Redis not ready; retrying", metadata: ["error": "\(error)"])
-            try? await Task.sleep(for: .milliseconds(delay))
-            delay = min(delay * 2, 5000)
-        }
-    }
-}

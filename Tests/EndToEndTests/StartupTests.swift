@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import Testing
 import TestSupport
@@ -39,5 +40,35 @@ struct StartupTests {
         let lines = error.split(separator: "\n")
         #expect(lines.count == 1, "one line: \(error)")
         #expect(error.contains(variable))
+    }
+
+    @Test("a worker started while Redis is away answers live (not ready) at once, and stops on SIGTERM with exit 0")
+    func workerWaitingForRedis() async throws {
+        let worker = try ManagedProcess(
+            executable: "tollgate-worker",
+            environment: [
+                "TOLLGATE_REDIS_URL": "redis://127.0.0.1:1/0", "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
+                "TOLLGATE_METRICS_PORT": "0", "TOLLGATE_HTTP_HOST": "127.0.0.1",
+            ],
+            portFileVariable: "TOLLGATE_METRICS_PORT_FILE"
+        )
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        do {
+            let port = try await worker.port(timeout: .seconds(30))
+            func status(_ path: String) async throws -> UInt {
+                try await http.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)\(path)"), timeout: .seconds(10)).status.code
+            }
+            #expect(try await status("/health/live") == 200)
+            #expect(try await status("/health/ready") == 503)
+            #expect(worker.log().contains("Redis not ready; retrying"))
+            worker.signal(SIGTERM)
+            #expect(try await worker.waitForExit(timeout: .seconds(30)) == 0, "\(worker.logTail())")
+        } catch {
+            worker.signal(SIGKILL)
+            _ = try? await worker.waitForExit(timeout: .seconds(10))
+            try? await http.shutdown()
+            throw error
+        }
+        try await http.shutdown()
     }
 }
