@@ -17,7 +17,9 @@ struct AppleRulesRefundTests {
         case consumable, nonConsumable, autoRenewable, nonRenewing
     }
 
-    private static func addProduct(_ kind: Kind, to harness: WorkerHarness) async throws -> (productId: String, offerId: String) {
+    /// Registers the app and one product of `kind`; returns the product's and its offer's ids.
+    private static func appWithProduct(_ kind: Kind, to harness: WorkerHarness) async throws -> (productId: String, offerId: String) {
+        try await harness.app(Self.bundle)
         switch kind {
         case .consumable: try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
         case .nonConsumable: try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
@@ -35,8 +37,7 @@ struct AppleRulesRefundTests {
     @Test("an entry with cancellation_date_ms is rejected refunded and grants nothing", arguments: Kind.allCases)
     func cancelledEntry(_ kind: Kind) async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            let (productId, offerId) = try await Self.addProduct(kind, to: harness)
+            let (productId, offerId) = try await Self.appWithProduct(kind, to: harness)
             let now = Millis.now
             let transaction = ScenarioReceipt.transactionId()
             let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
@@ -64,8 +65,7 @@ struct AppleRulesRefundTests {
     @Test("a granted purchase refunded later: the next purchase's receipt lists it cancelled, and its access is revoked", arguments: [Kind.nonConsumable, .autoRenewable, .nonRenewing])
     func refundSeenInNextPurchase(_ kind: Kind) async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            let (productId, offerId) = try await Self.addProduct(kind, to: harness)
+            let (productId, offerId) = try await Self.appWithProduct(kind, to: harness)
             try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
             let now = Millis.now
             let first = ScenarioReceipt.transactionId()
@@ -105,8 +105,7 @@ struct AppleRulesRefundTests {
     /// receipt lists the first purchase refunded. Returns the first purchase's offer, the next purchase's
     /// transaction id, and the job.
     private static func refundInNextPurchase(_ harness: WorkerHarness) async throws -> (offerId: String, next: String, job: ReceiptJob) {
-        try await harness.app(Self.bundle)
-        let (productId, offerId) = try await Self.addProduct(.nonConsumable, to: harness)
+        let (productId, offerId) = try await Self.appWithProduct(.nonConsumable, to: harness)
         try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
         let now = Millis.now
         let first = ScenarioReceipt.transactionId()
@@ -190,8 +189,7 @@ struct AppleRulesRefundTests {
     /// A monthly subscription of three periods, the last one current, granted from a receipt listing all
     /// three and submitted with the period at `index`.
     private static func grantedSubscription(submitting index: Int, harness: WorkerHarness) async throws -> [ScenarioEntry] {
-        try await harness.app(Self.bundle)
-        _ = try await Self.addProduct(.autoRenewable, to: harness)
+        _ = try await Self.appWithProduct(.autoRenewable, to: harness)
         let entries = Self.periods(3, lastEnds: 25 * Millis.day)
         let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: entries)
         let granted = try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: entries[index].transactionId, receipt: receipt))
@@ -244,8 +242,7 @@ struct AppleRulesRefundTests {
     @Test("a refund already applied, seen again, does not take away the subscription bought again since")
     func oldRefundAfterResubscription() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            _ = try await Self.addProduct(.autoRenewable, to: harness)
+            _ = try await Self.appWithProduct(.autoRenewable, to: harness)
             let now = Millis.now
             let first = ScenarioReceipt.transactionId()
             let bought = ScenarioEntry("monthly", first, original: first, purchase: now - 10 * Millis.day, expires: now + 20 * Millis.day)
@@ -279,8 +276,7 @@ struct AppleRulesRefundTests {
     @Test("a submission naming a refunded period of a subscription still paid for grants the period paid for; with none paid for, it is refunded")
     func refundedPeriodNamedWhileSubscribed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            _ = try await Self.addProduct(.autoRenewable, to: harness)
+            _ = try await Self.appWithProduct(.autoRenewable, to: harness)
             let now = Millis.now
             // Refunded, then bought again as a new period of the same subscription; the middleware still
             // names the transaction it saw first.
