@@ -70,19 +70,23 @@ struct AppleAnswerDecodingTests {
         #expect(answer.status == 21100)
     }
 
-    @Test("cancellation_date without cancellation_date_ms still marks the transaction cancelled")
+    @Test("cancellation_date without cancellation_date_ms still marks the transaction cancelled; a null one does not")
     func cancellationDateWithoutMilliseconds() throws {
         let answer = try Self.decode("""
             {"status": 0, "receipt": {"bundle_id": "b", "in_app": [
               {"product_id": "p", "transaction_id": "7", "purchase_date_ms": "1700000000000",
                "cancellation_date": "2023-11-20 10:00:00 Etc/GMT"},
-              {"product_id": "p", "transaction_id": "8", "purchase_date_ms": "1700000000000"}]}}
+              {"product_id": "p", "transaction_id": "8", "purchase_date_ms": "1700000000000"},
+              {"product_id": "p", "transaction_id": "9", "purchase_date_ms": "1700000000000",
+               "cancellation_date": null, "cancellation_date_ms": null, "cancellation_reason": null}]}}
             """)
         let transactions = try #require(answer.receipt?.inApp)
-        try #require(transactions.count == 2)
+        try #require(transactions.count == 3)
         #expect(transactions[0].isCancelled)
         #expect(transactions[0].cancellationDateMilliseconds != nil)
         #expect(!transactions[1].isCancelled)
+        // A null is no cancellation, as a null is "absent" for every other field.
+        #expect(!transactions[2].isCancelled)
     }
 
     @Test("a missing original_transaction_id defaults to the transaction_id")

@@ -37,7 +37,7 @@ public struct AppleTransaction: Sendable, Equatable {
         let transactionId = try Lenient.required(object, "transaction_id", Lenient.string)
         let purchase = try Lenient.field(object, "purchase_date_ms", Lenient.int)
         var cancellation = try Lenient.field(object, "cancellation_date_ms", Lenient.int)
-        if cancellation == nil, object["cancellation_date"] != nil {
+        if cancellation == nil, object.present("cancellation_date") != nil {
             // A cancellation_date without the _ms twin still means refunded; its exact time is unknown,
             // so the revocation takes effect from the purchase.
             cancellation = purchase ?? 0
