@@ -114,6 +114,11 @@ struct ControlRouteTests {
                 #expect(try await client.verify(receipt).status == .gatewayTimeout)
                 #expect(clock.now - start >= .milliseconds(20))
 
+                try await setMode(.redirect)
+                let redirect = try await client.verify(receipt)
+                #expect(redirect.status == .temporaryRedirect)
+                #expect(redirect.headers[.location] == "/verifyReceipt?moved=1")
+
                 try await setMode(.html)
                 let html = try await client.verify(receipt)
                 #expect(html.status == .ok)
@@ -139,7 +144,7 @@ struct ControlRouteTests {
                 #expect(internalError["is-retryable"] as? Bool == true)
 
                 let stats = try Fixtures.object(try await client.execute(uri: "/emulator/stats", method: .get).body)
-                #expect(stats["failuresInjected"] as? Int == 8)
+                #expect(stats["failuresInjected"] as? Int == 9)
             }
     }
 

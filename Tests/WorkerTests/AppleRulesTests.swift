@@ -209,10 +209,10 @@ struct AppleRulesTests {
 
     /// A transport failure (fail mode) on the first call.
     enum Transport: String, CaseIterable, Sendable {
-        case http429, http500, http503, html, empty, truncated, malformed, oversized, timeout
+        case http429, http500, http503, redirect, html, empty, truncated, malformed, oversized, timeout
     }
 
-    @Test("HTTP 429/5xx, a body that is not Apple's JSON, or a timeout on the first call: retrying, then granted", arguments: Transport.allCases)
+    @Test("HTTP 429/5xx, a redirect (not followed), a body that is not Apple's JSON, or a timeout on the first call: retrying, then granted", arguments: Transport.allCases)
     func transportFailure(_ mode: Transport) async throws {
         // A short Apple timeout, so the emulator's held request (`timeout` mode) fails the call quickly.
         let timeout = mode == .timeout ? 300 : 30_000

@@ -30,7 +30,10 @@ final class WorkerHarness: @unchecked Sendable {
         retry: RetryPolicy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 50, maxAttempts: 5, maxAgeSeconds: 3600),
         appleTimeoutMilliseconds: Int = 30_000, appleBase: String? = nil
     ) async throws {
-        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        // The worker's own HTTP client (timeouts, no redirects), as Worker+build makes it.
+        let http = VerifyReceiptClient.makeHTTPClient(
+            configuration: try Configuration(environment: ["TOLLGATE_APPLE_TIMEOUT_MS": String(appleTimeoutMilliseconds)])
+        )
         var emulator: ManagedProcess?
         var redis: RedisClient?
         var database: PostgresClient?

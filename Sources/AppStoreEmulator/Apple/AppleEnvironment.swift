@@ -3,6 +3,14 @@ enum AppleEnvironment: String, Codable, Sendable {
     case production = "Production"
     case sandbox = "Sandbox"
 
+    /// The emulator's verifyReceipt route for this environment.
+    var path: String {
+        switch self {
+        case .production: "/verifyReceipt"
+        case .sandbox: "/sandbox/verifyReceipt"
+        }
+    }
+
     /// The value of the receipt's `receipt_type` field in this environment.
     var receiptType: String {
         switch self {

@@ -12,6 +12,9 @@ enum FailMode: String, CaseIterable, Codable, Sendable {
     case http429
     /// Holds the request for the configured hold time, then answers HTTP 504, so a client's own timeout fires first.
     case timeout
+    /// HTTP 307 to another URL of the same endpoint, as a moved endpoint or a misconfigured proxy would
+    /// answer: a client that follows it sends the receipt and the shared secret wherever `Location` points.
+    case redirect
     /// HTTP 200 with an HTML page, as a proxy or captive portal would answer.
     case html
     /// HTTP 200 with an empty body.

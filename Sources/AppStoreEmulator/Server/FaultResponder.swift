@@ -21,9 +21,11 @@ enum FaultResponder {
 
     private static let htmlBody = "<!DOCTYPE html><html><head><title>503 Service Temporarily Unavailable</title></head><body><h1>Service Temporarily Unavailable</h1></body></html>"
 
-    /// The response for `mode`; `timeout` first holds the request for `holdMs` (without blocking a thread,
-    /// and only until `state` releases holds at shutdown).
-    static func response(for mode: FailMode, holdMs: Int, retryableKey: RetryableKey, state: EmulatorState) async throws -> Response {
+    /// The response for `mode` to a call of `endpoint`; `timeout` first holds the request for `holdMs`
+    /// (without blocking a thread, and only until `state` releases holds at shutdown).
+    static func response(
+        for mode: FailMode, endpoint: AppleEnvironment, holdMs: Int, retryableKey: RetryableKey, state: EmulatorState
+    ) async throws -> Response {
         switch mode {
         case .http500:
             return Response(status: .internalServerError)
@@ -34,6 +36,9 @@ enum FaultResponder {
         case .timeout:
             try await state.hold(milliseconds: holdMs)
             return Response(status: .gatewayTimeout)
+        case .redirect:
+            // Another URL of the same route: a client that follows it gets the real answer.
+            return Response(status: .temporaryRedirect, headers: [.location: "\(endpoint.path)?moved=1"])
         case .html:
             return Self.ok(htmlBody, contentType: "text/html; charset=utf-8")
         case .empty:

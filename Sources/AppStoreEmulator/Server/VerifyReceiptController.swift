@@ -11,10 +11,10 @@ struct VerifyReceiptController: Sendable {
 
     /// Registers both routes on `router`.
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.post("/verifyReceipt") { request, _ in
+        router.post(RouterPath(AppleEnvironment.production.path)) { request, _ in
             try await self.verify(request, endpoint: .production)
         }
-        router.post("/sandbox/verifyReceipt") { request, _ in
+        router.post(RouterPath(AppleEnvironment.sandbox.path)) { request, _ in
             try await self.verify(request, endpoint: .sandbox)
         }
     }
@@ -32,7 +32,7 @@ struct VerifyReceiptController: Sendable {
             try await Task.sleep(for: .milliseconds(admission.latencyMs))
         }
         if let failure = admission.injectedFailure {
-            return try await FaultResponder.response(for: failure, holdMs: admission.timeoutHoldMs, retryableKey: .hyphen, state: state)
+            return try await FaultResponder.response(for: failure, endpoint: endpoint, holdMs: admission.timeoutHoldMs, retryableKey: .hyphen, state: state)
         }
 
         guard let verifyRequest = VerifyReceiptRequest.decode(from: body) else {
@@ -49,7 +49,7 @@ struct VerifyReceiptController: Sendable {
         }
         if let fail = scenario.fail, fail.count > 0,
             await state.consumeScenarioFailure(receiptData: verifyRequest.receiptData, count: fail.count) {
-            return try await FaultResponder.response(for: fail.mode, holdMs: admission.timeoutHoldMs, retryableKey: scenario.retryableKey, state: state)
+            return try await FaultResponder.response(for: fail.mode, endpoint: endpoint, holdMs: admission.timeoutHoldMs, retryableKey: scenario.retryableKey, state: state)
         }
 
         let nowMs = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))

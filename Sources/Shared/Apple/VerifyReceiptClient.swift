@@ -32,6 +32,10 @@ public struct VerifyReceiptClient: Sendable {
     /// default TLS configuration, which verifies certificates against the system's trust roots. Nothing in
     /// the configuration can turn verification off.
     ///
+    /// Redirects are not followed: Apple does not send them, and following one would re-send the receipt
+    /// and the shared secret wherever `Location` points (or, on a 301-303, drop the body and ask with GET,
+    /// which Apple answers 21000, a final rejection). A redirect is a failed call, retried like a 503.
+    ///
     /// A call's deadline ends when the answer's head arrives; the read timeout (no byte for
     /// `TOLLGATE_APPLE_TIMEOUT_MS`) is what stops a body that stalls after it, which would otherwise hold
     /// the job's slot for good.
@@ -42,6 +46,7 @@ public struct VerifyReceiptClient: Sendable {
             connect: .milliseconds(Int64(min(configuration.appleTimeoutMilliseconds, 10_000))),
             read: .milliseconds(Int64(configuration.appleTimeoutMilliseconds))
         )
+        http.redirectConfiguration = .disallow
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: http)
     }
 
