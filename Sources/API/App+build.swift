@@ -64,8 +64,10 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
 /// The routes: operations, publisher API, admin API.
 func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -> Router<TollgateRequestContext> {
     let router = Router(context: TollgateRequestContext.self)
-    router.add(middleware: ErrorMiddleware())
+    // The metrics outside the error middleware, so they count the status the client got (a 503, not
+    // the error behind it).
     router.add(middleware: RequestMetricsMiddleware())
+    router.add(middleware: ErrorMiddleware())
 
     OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database).register(on: router)
 

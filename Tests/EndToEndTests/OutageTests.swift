@@ -83,6 +83,45 @@ struct OutageTests {
         await redis.stop()
     }
 
+    @Test("Redis full (maxmemory, noeviction): submissions answer 503 with Retry-After (counted 503) and write nothing, the access status still answers; with room again, accepted")
+    func redisOutOfMemory() async throws {
+        let redis = try await DedicatedRedis()
+        let system = try await TollgateSystem(redisURL: redis.url)
+        let admin = RedisClient(configuration: try RedisConfiguration(url: redis.url), connections: 1)
+        do {
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            #expect(try await Self.submit(system, publisher, 1).status == 200)
+            let keysBefore = try await admin.send("DBSIZE").int
+
+            _ = try await admin.send("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            _ = try await admin.send("CONFIG", "SET", "maxmemory", "1")
+            let refused = try await Self.submit(system, publisher, 2)
+            #expect(refused.status == 503)
+            #expect(refused.headers["retry-after"] != nil)
+            #expect(refused.json["code"] as? String == "dependency_unavailable")
+            #expect(try await admin.send("DBSIZE").int == keysBefore, "nothing is written for a refused submission")
+            // Reads need no memory: the access status answers (its rate limit fails open, as when Redis is away).
+            let access = try await system.request(.GET, "/v1/access-status?customerEmail=u1%40example.com&offerId=S200_US", headers: publisher.headers)
+            #expect(access.status == 200)
+            #expect(access.json["pending"] as? Bool == true)
+            // The request metrics count what the client got.
+            let samples = try await MetricsTests.scrape(system, system.apiBase + "/metrics")
+            #expect(MetricsTests.value(samples, "tollgate_http_requests_total", ["route": "/apple/payment", "status": "503"]) == 1)
+            #expect(MetricsTests.value(samples, "tollgate_http_requests_total", ["route": "/apple/payment", "status": "500"]) == nil)
+
+            _ = try await admin.send("CONFIG", "SET", "maxmemory", "0")
+            #expect(try await Self.submit(system, publisher, 3).status == 200)
+        } catch {
+            await admin.shutdown()
+            await system.shutdown()
+            await redis.stop()
+            throw error
+        }
+        await admin.shutdown()
+        await system.shutdown()
+        await redis.stop()
+    }
+
     @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503; back up, every job is granted once")
     func postgresOutage() async throws {
         let postgres = try await DedicatedPostgres()

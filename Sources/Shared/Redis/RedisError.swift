@@ -44,11 +44,15 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     public var isConnectionFailure: Bool { self.code == .connection || self.code == .closed }
 
     /// Whether Redis cannot serve right now and the same command may succeed shortly: unreachable, or
-    /// reachable but still loading its data, without a primary, or mid-failover.
+    /// reachable but still loading its data, without a primary, mid-failover, out of memory (`maxmemory`
+    /// with `noeviction`), unable to persist (`MISCONF`), busy with a long script, or short of replicas.
+    /// A script's error carries the refused command's error code first, so a script refused as a whole
+    /// (OOM at its first write) counts too.
     public var isUnavailable: Bool {
         if self.isConnectionFailure { return true }
         guard self.code == .server else { return false }
-        return ["LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY"].contains { self.message.hasPrefix($0) }
+        let errorCode = self.message.prefix { $0 != " " }
+        return ["LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "OOM", "MISCONF", "BUSY", "NOREPLICAS"].contains(errorCode)
     }
 
     public var description: String { "Redis \(self.code): \(self.message)" }
