@@ -239,6 +239,31 @@ struct AppleRulesRefundTests {
         }
     }
 
+    @Test("a refunded period seen in another purchase's answer, with a period bought since in the same answer, leaves the access until that period ends")
+    func refundAndNewPeriodInAnotherPurchase() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            let entries = try await Self.grantedSubscription(submitting: 2, harness: harness)
+            try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
+
+            // The current period is refunded and the subscription bought again; the customer's next
+            // purchase (coins) brings the answer that lists both.
+            let now = Millis.now
+            let again = ScenarioEntry(
+                "monthly", ScenarioReceipt.transactionId(), original: entries[0].transactionId, purchase: now - 1000, expires: now + 30 * Millis.day
+            )
+            let coins = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, entries: Self.withPeriods(entries, cancelled: [2: now - 2000]) + [again, ScenarioEntry("coins100", coins, purchase: now)]
+            )
+            #expect(try await harness.workUntilFinal(try await harness.inject(offerId: "COINS100", transactionId: coins, receipt: receipt)).status == .granted)
+            let access = try await harness.access("MONTHLY")
+            #expect(access.granted, "the period bought again is paid for")
+            #expect(access.expiresAt.map(Millis.of) == again.expiresDateMs)
+            #expect(try await harness.ledgerRow(entries[2].transactionId)?.state == "invalidated")
+            #expect(try await harness.ledgerRow(again.transactionId)?.state == "fulfilled")
+        }
+    }
+
     @Test("a refund already applied, seen again, does not take away the subscription bought again since")
     func oldRefundAfterResubscription() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in

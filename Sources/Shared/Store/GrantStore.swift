@@ -187,12 +187,15 @@ public struct GrantStore: Sendable {
                     Self.lockStatement(publisherId: evidence.publisherId, customerEmail: $0.customerEmail, offerId: $0.offerId)
                 })
             }
-            for refund in open {
-                try await Self.revoke(ledgerId: refund.ledgerId, cancelledAt: refund.cancelledAt, session: session)
-            }
+            // Renewals first: a refunded period keeps the access when a period still paid for ends later,
+            // and the periods this same answer brings must be in the ledger when the refund looks for them.
+            // Revoked first, they would find the access gone and neither extend it nor count as granted.
             var extended = 0
             for renewal in renewals {
                 extended += try await Self.extend(renewal, evidence: evidence, session: session)
+            }
+            for refund in open {
+                try await Self.revoke(ledgerId: refund.ledgerId, cancelledAt: refund.cancelledAt, session: session)
             }
             return AppliedEvidence(
                 revoked: open.count, extended: extended, bearsOn: Set(refunds.map(\.holder) + renewals.map(\.holder)).sorted()
