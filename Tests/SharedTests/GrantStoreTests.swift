@@ -552,6 +552,40 @@ struct GrantStoreTests {
         }
     }
 
+    @Test(
+        "passes stack in the order they were bought, whatever the order and time they are granted in",
+        arguments: [
+            // Bought 10 and 5 days ago, the later one granted first: 10 days ago + 60 days.
+            (-10.0, -5.0, true, 50.0),
+            // Bought 40 days ago (ended 10 days ago) and 20 days ago, during the first; granted now, in order.
+            (-40.0, -20.0, false, 20.0),
+        ]
+    )
+    func passesStackInPurchaseOrder(firstBought: Double, secondBought: Double, laterFirst: Bool, endsIn: Double) async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let first = AppleTransaction(
+                productId: "pass.30days", transactionId: Fixtures.transactionId(),
+                purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(firstBought * Self.day))
+            )
+            let second = AppleTransaction(
+                productId: "pass.30days", transactionId: Fixtures.transactionId(),
+                purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(secondBought * Self.day))
+            )
+            let end = Self.date(first.purchaseDateMilliseconds).addingTimeInterval((endsIn - firstBought) * Self.day)
+            var last: GrantOutcome?
+            for pass in laterFirst ? [second, first] : [first, second] {
+                last = try await world.grants.grant(world.request("a@example.com", world.pass, pass, verifiedAt: now))
+            }
+            guard case .granted(let granted)? = last else {
+                Issue.record("the last pass was not granted: \(String(describing: last))")
+                return
+            }
+            #expect(Self.close(granted, end))
+            #expect(Self.close(try await world.access("a@example.com", world.pass).expiresAt, end))
+        }
+    }
+
     /// Two 30-day passes granted to a@example.com, bought a day apart (the second `now`), so they stack.
     static func twoStackedPasses(_ world: World, now: Date) async throws -> (first: AppleTransaction, second: AppleTransaction) {
         let first = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)))

@@ -103,9 +103,18 @@ public struct GrantStore: Sendable {
             )
             expiresAt = nil
         case .nonConsumable, .nonRenewing, .autoRenewable:
-            guard let end = Self.newExpiry(request: request, current: ledger.entitlement) else {
+            guard var end = Self.newExpiry(request: request, current: ledger.entitlement) else {
                 try await session.pipeline([Self.invalidateStatement(ledgerId: ledger.id, reason: JobReason.expired.rawValue)] + releaseClaim + [("COMMIT", [])])
                 return .expired(expiresAt: Self.subscriptionEnd(request).map { Date(timeIntervalSince1970: Double($0) / 1000) })
+            }
+            if request.product.kind == .nonRenewing, end.date != nil {
+                // The stack in the order the passes were bought, as a refund recomputes it: a pass granted
+                // late (after a retry, or submitted after the access before it ended) takes its place.
+                let stack = try await Self.passStack(
+                    publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, without: nil, with: ledger.id,
+                    session: session
+                )
+                end = Expiry(date: stack?.end ?? end.date)
             }
             write = (
                 """
@@ -492,32 +501,42 @@ public struct GrantStore: Sendable {
         )
     }
 
-    /// The customer's stack of non-renewing passes for an offer, recomputed from the passes still granted
-    /// (each with the days it was sold with, from its purchase, after the access before it), leaving out a refunded one;
-    /// revoked when none is left. Access with no expiry (a non-consumable of the same offer) is kept.
-    private static func restackPasses(
-        publisherId: UUID, customerEmail: String, offerId: String, without refunded: Int64, cancelledAt: Date, session: PostgresSession
-    ) async throws {
+    /// The customer's stack of non-renewing passes for an offer: the passes granted and not refunded, but
+    /// `without` and with `with`, in the order they were bought, each from its purchase or the end of the
+    /// one before, whichever is later, for the days it was sold with. Its end and its last pass, or `nil`
+    /// for no pass.
+    private static func passStack(
+        publisherId: UUID, customerEmail: String, offerId: String, without: Int64?, with: Int64?, session: PostgresSession
+    ) async throws -> (end: Date, last: Int64)? {
         let passes = try await session.query(
             """
             SELECT t.id, COALESCE(t.purchase_date, t.verified_at) AS purchased, COALESCE(t.duration_days, p.duration_days) AS duration_days
             FROM transactions t
             JOIN products p ON p.id = t.product_ref
-            WHERE t.publisher_id = $1 AND t.customer_email = $2 AND t.offer_id = $3 AND t.id <> $4
-              AND t.state = 'fulfilled' AND t.cancellation_date IS NULL AND p.kind = 'non_renewing'
+            WHERE t.publisher_id = $1 AND t.customer_email = $2 AND t.offer_id = $3 AND p.kind = 'non_renewing'
+              AND (t.id = $5 OR (t.id IS DISTINCT FROM $4 AND t.state = 'fulfilled' AND t.cancellation_date IS NULL))
             ORDER BY purchased, t.id
             """,
-            [publisherId, customerEmail, offerId, refunded]
+            [publisherId, customerEmail, offerId, without, with]
         ).rows
-        var end: Date?
-        var last: Int64?
+        var stack: (end: Date, last: Int64)?
         for pass in passes {
             let purchased = try pass.decode(Date.self, "purchased")
-            let start = max(purchased, end ?? purchased)
-            end = start.addingTimeInterval(Double(try pass.decode(Int.self, "duration_days")) * 86_400)
-            last = try pass.decode(Int64.self, "id")
+            let start = max(purchased, stack?.end ?? purchased)
+            stack = (start.addingTimeInterval(Double(try pass.decode(Int.self, "duration_days")) * 86_400), try pass.decode(Int64.self, "id"))
         }
-        if let end, let last {
+        return stack
+    }
+
+    /// The customer's stack of non-renewing passes for an offer, recomputed without a refunded one;
+    /// revoked when none is left. Access with no expiry (a non-consumable of the same offer) is kept.
+    private static func restackPasses(
+        publisherId: UUID, customerEmail: String, offerId: String, without refunded: Int64, cancelledAt: Date, session: PostgresSession
+    ) async throws {
+        let stack = try await Self.passStack(
+            publisherId: publisherId, customerEmail: customerEmail, offerId: offerId, without: refunded, with: nil, session: session
+        )
+        if let (end, last) = stack {
             try await session.query(
                 """
                 UPDATE entitlements SET expires_at = $4, granted_by = $5, updated_at = now()
