@@ -527,6 +527,34 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a period checked for one customer that granted nothing becomes another's when they are granted it, and its refund takes back theirs")
+    func ledgerRowChangesHandsWithTheClaim() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let original = Fixtures.transactionId()
+            let lapsed = Self.period(original, original, ends: now.addingTimeInterval(-5 * Self.day))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, lapsed, renewals: [lapsed])) == .expired(expiresAt: Self.date(lapsed.expiresDateMilliseconds)))
+
+            // The same Apple ID subscribes again; another customer submits it, naming the lapsed period.
+            let again = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(29 * Self.day))
+            let request = world.request("b@example.com", world.subscription, lapsed, renewals: [lapsed, again])
+            #expect(try await world.grants.grant(request) == .granted(expiresAt: Self.date(again.expiresDateMilliseconds)))
+            let row = try #require(try await world.database.query(
+                "SELECT customer_email, job_id, state FROM transactions WHERE transaction_id = $1", [lapsed.transactionId]
+            ).first)
+            #expect(try row.decode(String.self, "customer_email") == "b@example.com")
+            #expect(try row.decode(String?.self, "job_id") == request.job.jobId)
+            #expect(try row.decode(String.self, "state") == "fulfilled")
+            #expect(try await world.grants.committedGrant(request.job) != nil)
+
+            // Both periods refunded: the access taken back is b's.
+            var refunded = [lapsed, again]
+            for index in refunded.indices { refunded[index].cancellationDateMilliseconds = Self.ms(now) }
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", refunded))
+            #expect(try await world.access("b@example.com", world.subscription).granted == false)
+        }
+    }
+
     @Test("a subscription refunded and bought again: a submission naming an earlier, granted period grants the new period")
     func resubscribedThroughOldPeriod() async throws {
         try await Self.withWorld { world in

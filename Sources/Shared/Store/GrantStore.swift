@@ -395,6 +395,13 @@ public struct GrantStore: Sendable {
         let transaction = request.transaction
         let job = request.job
         func date(_ milliseconds: Int64?) -> Date? { milliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
+        // The insert runs only for the claim's owner. A row of another customer that granted nothing (a
+        // check of a lapsed subscription, whose claim was given back) becomes the owner's, as a fresh
+        // check: else its grant, and a later refund of it, would count for the customer it never granted.
+        let handedOver = "transactions.state <> 'fulfilled' AND transactions.customer_email <> EXCLUDED.customer_email"
+        let owner = ["customer_email", "offer_id", "product_ref", "job_id", "environment", "receipt_digest", "received_at"].map {
+            "\($0) = CASE WHEN \(handedOver) THEN EXCLUDED.\($0) ELSE transactions.\($0) END,"
+        }.joined(separator: "\n")
         return (
             """
             WITH ledger AS (
@@ -407,9 +414,13 @@ public struct GrantStore: Sendable {
                     $11::text, 'verified', $12::timestamptz, $13::timestamptz, $14::timestamptz, $15::timestamptz, $16::timestamptz
                 WHERE EXISTS (SELECT 1 FROM claims WHERE publisher_id = $1 AND claim_key = $17 AND customer_email = $7)
                 ON CONFLICT (app_id, transaction_id) DO UPDATE SET
+                    \(owner)
+                    state = CASE WHEN \(handedOver) THEN 'verified' ELSE transactions.state END,
+                    invalidated_at = CASE WHEN \(handedOver) THEN NULL ELSE transactions.invalidated_at END,
+                    last_error = CASE WHEN \(handedOver) THEN NULL ELSE transactions.last_error END,
                     expires_date = EXCLUDED.expires_date,
                     cancellation_date = COALESCE(transactions.cancellation_date, EXCLUDED.cancellation_date),
-                    verified_at = COALESCE(transactions.verified_at, EXCLUDED.verified_at)
+                    verified_at = CASE WHEN \(handedOver) THEN EXCLUDED.verified_at ELSE COALESCE(transactions.verified_at, EXCLUDED.verified_at) END
                 RETURNING id, state, granted_until, cancellation_date
             )
             SELECT ledger.id, ledger.state, ledger.granted_until, ledger.cancellation_date,
