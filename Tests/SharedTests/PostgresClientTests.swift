@@ -297,6 +297,121 @@ struct PostgresClientTests {
         await client.shutdown()
     }
 
+    /// `url` with libpq parameters added to its query string.
+    static func url(_ url: String, adding parameters: [URLQueryItem]) throws -> String {
+        var components = try #require(URLComponents(string: url))
+        components.queryItems = (components.queryItems ?? []) + parameters
+        // URLComponents leaves `=` and `+` alone inside values; libpq reads the query percent-decoded.
+        components.percentEncodedQuery = components.percentEncodedQuery?
+            .replacingOccurrences(of: "+", with: "%2B")
+        return try #require(components.string)
+    }
+
+    /// The backends of this database whose application name is `name`.
+    static func backends(_ client: PostgresClient, named name: String) async throws -> Int {
+        try await client.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1", [name]
+        ).first?.decode(Int.self, "n") ?? 0
+    }
+
+    @Test("a caller that finds every connection busy past the acquire timeout gets an unavailable error, not a hang")
+    func acquireTimeout() async throws {
+        let url = try await TestEnvironment.freshDatabase()
+        let client = PostgresClient(url: url, connections: 1, acquireTimeout: .milliseconds(300))
+        try await TestEnvironment.using(client) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                let started = AsyncStream<Void>.makeStream()
+                group.addTask {
+                    try await client.withConnection { session in
+                        started.continuation.yield()
+                        try await session.query("SELECT pg_sleep(3)")
+                    }
+                }
+                for await _ in started.stream { break }
+                let clock = ContinuousClock()
+                let asked = clock.now
+                let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT 1") }
+                #expect(error?.isUnavailable == true)
+                #expect(clock.now - asked < .seconds(2), "it gave up at the acquire timeout, not when the connection came free")
+                try await group.waitForAll()
+            }
+            #expect(await client.ping(), "the pool serves again once the connection is free")
+        }
+    }
+
+    @Test("statements are bounded by a statement timeout (15 s unless the URL's options say otherwise); the URL's settings win over the defaults, not over UTC")
+    func statementTimeoutAndURLSettings() async throws {
+        let base = try await TestEnvironment.freshDatabase()
+        let plain = PostgresClient(url: base, connections: 1)
+        try await TestEnvironment.using(plain) {
+            let row = try #require(try await plain.query("SHOW statement_timeout").first)
+            #expect(try row.decode(String.self, "statement_timeout") == "15s")
+        }
+        let url = try Self.url(base, adding: [
+            URLQueryItem(name: "options", value: "-c statement_timeout=200 -c TimeZone=Europe/Paris"),
+            URLQueryItem(name: "application_name", value: "tollgate-test-settings"),
+        ])
+        let client = PostgresClient(url: url, connections: 1)
+        try await TestEnvironment.using(client) {
+            let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT pg_sleep(2)") }
+            #expect(error?.sqlState == "57014")
+            #expect(error?.isUnavailable == true)
+            let settings = try #require(try await client.query(
+                "SELECT current_setting('TimeZone') AS zone, current_setting('application_name') AS name"
+            ).first)
+            #expect(try settings.decode(String.self, "zone") == "UTC", "values are parsed back as UTC")
+            #expect(try settings.decode(String.self, "name") == "tollgate-test-settings")
+        }
+    }
+
+    @Test("a transaction whose connection broke is rolled back without opening a new connection for it")
+    func rollbackAfterBrokenConnection() async throws {
+        let base = try await TestEnvironment.freshDatabase()
+        let name = "tollgate-test-rollback"
+        let client = PostgresClient(url: try Self.url(base, adding: [URLQueryItem(name: "application_name", value: name)]), connections: 1)
+        let killer = PostgresClient(url: base, connections: 1)
+        try await TestEnvironment.using(killer) {
+            try await TestEnvironment.using(client) {
+                await #expect(throws: PostgresError.self) {
+                    try await client.withTransaction { session in
+                        try await session.query("SELECT 1")
+                        try await killer.query(
+                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1", [name]
+                        )
+                        _ = try await Poll.until(timeout: .seconds(20), "the backend to exit") { () async throws -> Bool? in
+                            try await Self.backends(killer, named: name) == 0 ? true : nil
+                        }
+                        try await session.query("SELECT 1")
+                    }
+                }
+                let reopened = try await Self.backends(killer, named: name)
+                #expect(reopened == 0, "no connection was opened to send ROLLBACK")
+                #expect(await client.ping())
+            }
+        }
+    }
+
+    @Test("shutting a client down closes its idle connections")
+    func shutdownClosesIdleConnections() async throws {
+        let base = try await TestEnvironment.freshDatabase()
+        let name = "tollgate-test-shutdown"
+        let client = PostgresClient(url: try Self.url(base, adding: [URLQueryItem(name: "application_name", value: name)]), connections: 3)
+        let observer = PostgresClient(url: base, connections: 1)
+        try await TestEnvironment.using(observer) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<3 { group.addTask { try await client.query("SELECT pg_sleep(0.2)") } }
+                try await group.waitForAll()
+            }
+            #expect(try await Self.backends(observer, named: name) == 3)
+            await client.shutdown()
+            _ = try await Poll.until(timeout: .seconds(10), "the client's backends to end") { () async throws -> Bool? in
+                try await Self.backends(observer, named: name) == 0 ? true : nil
+            }
+            // Closed by the shutdown, not by the client's release.
+            withExtendedLifetime(client) {}
+        }
+    }
+
     @Test("a closed client refuses new work with .closed")
     func closedClient() async throws {
         let url = try await TestEnvironment.freshDatabase()

@@ -14,7 +14,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as RedisError where error.isUnavailable {
             context.logger.warning("Redis unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the queue").response
-        } catch let error as PostgresError where error.isConnectionFailure {
+        } catch let error as PostgresError where error.isUnavailable {
             context.logger.warning("PostgreSQL unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the database").response
         } catch is NIOTooManyBytesError {

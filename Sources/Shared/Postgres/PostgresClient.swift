@@ -8,23 +8,39 @@ import Synchronization
 ///
 /// Connections open lazily, and a connection that broke is replaced on its next use, so the client
 /// recovers by itself when PostgreSQL comes back.
+///
+/// Nothing waits for good: a caller that finds every connection busy for `acquireTimeout` gets an error
+/// (a 503 in the API), and each statement is bounded by the session's `statement_timeout` (see
+/// ``PostgresConnection``), so a stalled PostgreSQL (a lock held by an idle transaction, a stuck disk)
+/// is reported instead of holding requests and health checks.
 public final class PostgresClient: Sendable {
+    private struct Waiter {
+        let deadline: ContinuousClock.Instant
+        let continuation: CheckedContinuation<PostgresSlot, any Error>
+    }
+
     private struct State {
         var idle: [PostgresSlot] = []
         var opened = 0
-        var waiters: [CheckedContinuation<PostgresSlot, any Error>] = []
+        /// Oldest first; all wait as long, so their deadlines are in order too.
+        var waiters: [Waiter] = []
+        /// Whether a task fails the waiters that reach their deadline (one at most, only while any wait).
+        var sweeping = false
         var closed = false
     }
 
     private let url: String
     private let maxConnections: Int
+    private let acquireTimeout: Duration
     private let threadPool: NIOThreadPool
     private let state = Mutex(State())
 
-    /// Creates a client for a `postgres://` URL with at most `connections` connections.
-    public init(url: String, connections: Int = 8) {
+    /// Creates a client for a `postgres://` URL with at most `connections` connections; a caller waits at
+    /// most `acquireTimeout` for one.
+    public init(url: String, connections: Int = 8, acquireTimeout: Duration = .seconds(10)) {
         self.url = url
         self.maxConnections = max(1, connections)
+        self.acquireTimeout = acquireTimeout
         self.threadPool = NIOThreadPool(numberOfThreads: self.maxConnections)
         self.threadPool.start()
     }
@@ -73,42 +89,73 @@ public final class PostgresClient: Sendable {
         (try? await self.query("SELECT 1")) != nil
     }
 
-    /// Fails waiters, refuses new leases and stops the client's threads.
+    /// Fails waiters, refuses new leases, closes the idle connections (so the server sees them end, not
+    /// reset) and stops the client's threads once the leased ones are returned.
     public func shutdown() async {
-        let waiters = self.state.withLock { state in
+        let (waiters, idle) = self.state.withLock { state in
             state.closed = true
-            defer { state.waiters.removeAll() }
-            return state.waiters
+            defer {
+                state.waiters.removeAll()
+                state.idle.removeAll()
+            }
+            return (state.waiters, state.idle)
         }
-        for waiter in waiters { waiter.resume(throwing: PostgresError(.closed, "the PostgreSQL client is shut down")) }
+        for waiter in waiters { waiter.continuation.resume(throwing: PostgresError(.closed, "the PostgreSQL client is shut down")) }
+        for slot in idle { await PostgresSession(slot: slot, threadPool: self.threadPool, url: self.url).disconnect() }
         try? await self.threadPool.shutdownGracefully()
     }
 
     private func acquire() async throws -> PostgresSlot {
         try await withCheckedThrowingContinuation { continuation in
-            let slot = self.state.withLock { state -> Result<PostgresSlot, PostgresError>? in
-                if state.closed { return .failure(PostgresError(.closed, "the PostgreSQL client is shut down")) }
-                if let slot = state.idle.popLast() { return .success(slot) }
+            let (leased, sweep) = self.state.withLock { state -> (Result<PostgresSlot, PostgresError>?, Bool) in
+                if state.closed { return (.failure(PostgresError(.closed, "the PostgreSQL client is shut down")), false) }
+                if let slot = state.idle.popLast() { return (.success(slot), false) }
                 if state.opened < self.maxConnections {
                     state.opened += 1
-                    return .success(PostgresSlot())
+                    return (.success(PostgresSlot()), false)
                 }
-                state.waiters.append(continuation)
-                return nil
+                state.waiters.append(Waiter(deadline: .now + self.acquireTimeout, continuation: continuation))
+                defer { state.sweeping = true }
+                return (nil, !state.sweeping)
             }
-            if let slot { continuation.resume(with: slot) }
+            if let leased { continuation.resume(with: leased) }
+            if sweep { self.sweepWaiters() }
+        }
+    }
+
+    /// Fails the waiters still waiting at their deadline, sleeping until the oldest one's; ends when none
+    /// is left. One such task per client at most, and only while callers find every connection busy.
+    private func sweepWaiters() {
+        Task {
+            while let deadline = self.state.withLock({ state -> ContinuousClock.Instant? in
+                if state.waiters.isEmpty { state.sweeping = false }
+                return state.waiters.first?.deadline
+            }) {
+                try? await Task.sleep(until: deadline, clock: .continuous)
+                let expired = self.state.withLock { state -> ArraySlice<Waiter> in
+                    let now = ContinuousClock.now
+                    let count = state.waiters.prefix { $0.deadline <= now }.count
+                    defer { state.waiters.removeFirst(count) }
+                    return state.waiters.prefix(count)
+                }
+                for waiter in expired {
+                    waiter.continuation.resume(
+                        throwing: PostgresError(.connection, "no PostgreSQL connection came free within \(self.acquireTimeout): every one is busy")
+                    )
+                }
+            }
         }
     }
 
     private func release(_ slot: PostgresSlot) {
-        let waiter = self.state.withLock { state -> CheckedContinuation<PostgresSlot, any Error>? in
+        let waiter = self.state.withLock { state -> Waiter? in
             if state.waiters.isEmpty {
                 state.idle.append(slot)
                 return nil
             }
             return state.waiters.removeFirst()
         }
-        waiter?.resume(returning: slot)
+        waiter?.continuation.resume(returning: slot)
     }
 }
 
@@ -163,13 +210,38 @@ public struct PostgresSession: Sendable {
         }
     }
 
-    /// Ends a transaction that failed part-way (harmless when none is open).
+    /// Ends a transaction that failed part-way (harmless when none is open). A connection that broke
+    /// took its transaction with it: nothing to roll back, and no new connection is opened for it.
     public func rollback() async {
-        do {
-            try await self.query("ROLLBACK")
-        } catch {
-            // The session state is unknown: drop the connection rather than hand it out mid-transaction.
-            self.slot.connection = nil
+        await self.onPoolThread { slot in
+            guard let connection = slot.connection, connection.isHealthy else {
+                slot.connection = nil
+                return
+            }
+            do {
+                try connection.execute("ROLLBACK", [])
+            } catch {
+                // The session state is unknown: drop the connection rather than hand it out mid-transaction.
+                slot.connection = nil
+            }
+        }
+    }
+
+    /// Closes the connection, if any.
+    func disconnect() async {
+        await self.onPoolThread { $0.connection = nil }
+    }
+
+    /// Runs `body` with the slot on a thread of the client's pool, where closing a connection (libpq's
+    /// `PQfinish`, blocking) may run. With the pool stopped, nothing runs: the connection then closes
+    /// when its slot goes.
+    private func onPoolThread(_ body: @escaping @Sendable (PostgresSlot) -> Void) async {
+        let slot = self.slot
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            self.threadPool.submit { state in
+                if case .active = state { body(slot) }
+                continuation.resume()
+            }
         }
     }
 

@@ -12,18 +12,28 @@ final class PostgresConnection {
     /// Tollgate's statements are fixed strings; past this many, further texts run unprepared.
     private static let maxPrepared = 512
 
+    /// A statement running longer fails (SQLSTATE 57014) instead of holding its caller, its connection
+    /// and the callers waiting for one; the URL's `options` may set another (`-c statement_timeout=…`).
+    static let defaultStatementTimeout = "15s"
+
     /// Connects with a `postgres://` URL; sessions run in UTC with ISO dates, hex bytea and UTF-8 so
-    /// values parse back. TCP keepalives and a user timeout (defaults the URL may override) end a call
-    /// to a server that vanished (a failover, a dropped network) in about 30 s rather than hours.
+    /// values parse back. Defaults the URL may override: TCP keepalives and a user timeout, which end a
+    /// call to a server that vanished (a failover, a dropped network) in about 30 s rather than hours,
+    /// the connect timeout, the application name, and ``defaultStatementTimeout``.
     init(url: String) throws {
+        // expand_dbname = 1: the first "dbname" is a URL; what it sets overrides the keywords before it,
+        // and the keywords after it override what it sets. Only `options` comes after: the URL's own
+        // options, then the settings values are parsed back with, which must win.
         let keywords = [
-            "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-            "dbname", "application_name", "options", "connect_timeout", "client_encoding",
+            "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "application_name", "connect_timeout",
+            "dbname", "client_encoding", "options",
         ]
-        let values = ["10", "5", "3", "30000", url, "tollgate", "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex", "10", "UTF8"]
+        let options = [
+            "-c statement_timeout=\(Self.defaultStatementTimeout)", Self.urlOptions(url), "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex",
+        ].filter { !$0.isEmpty }.joined(separator: " ")
+        let values = ["10", "5", "3", "30000", "tollgate", "10", url, "UTF8", options]
         let handle = Self.withCStrings(keywords) { keywordPointers in
             Self.withCStrings(values) { valuePointers in
-                // expand_dbname = 1: the first "dbname" is a URL; later keywords override its parts.
                 PQconnectdbParams(keywordPointers, valuePointers, 1)
             }
         }
@@ -40,6 +50,18 @@ final class PostgresConnection {
 
     deinit {
         PQfinish(self.handle)
+    }
+
+    /// The `options` the URL sets, or "" (also for a URL libpq cannot read: connecting reports that).
+    private static func urlOptions(_ url: String) -> String {
+        guard let options = PQconninfoParse(url, nil) else { return "" }
+        defer { PQconninfoFree(options) }
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if String(cString: keyword) == "options", let value = option.pointee.val { return String(cString: value) }
+            option += 1
+        }
+        return ""
     }
 
     /// Why libpq could not use this URL (an unknown parameter, a bad escape, an `sslmode` it does not

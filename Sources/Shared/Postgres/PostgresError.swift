@@ -47,6 +47,13 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
             || (self.sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") } ?? false)
     }
 
+    /// Whether PostgreSQL cannot serve right now and the same statement may succeed shortly: unreachable,
+    /// no connection free in time, or the statement cancelled by `statement_timeout` (57014) or
+    /// `lock_timeout` (55P03), which is what a stalled server or a long-held lock looks like.
+    public var isUnavailable: Bool {
+        self.isConnectionFailure || self.sqlState == "57014" || self.sqlState == "55P03"
+    }
+
     public var description: String {
         if let sqlState { return "PostgreSQL \(self.code) \(sqlState): \(self.message)" }
         return "PostgreSQL \(self.code): \(self.message)"
