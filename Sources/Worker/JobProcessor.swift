@@ -109,7 +109,7 @@ struct JobProcessor: Sendable {
             case .retry(let reason, let detail, let limit, let exhausted):
                 // A verdict's own limit counts the attempts that ended with that same answer (21002 three
                 // times), not every attempt: timeouts before it must not use it up.
-                let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt)
+                let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, atLeast: limit == nil ? 0 : self.retry.limitedAnswerDelay)
                 let allowed = self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt)
                 if allowed, try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0) }) {
                     WorkerMetrics.job(status: .retrying, reason: reason)

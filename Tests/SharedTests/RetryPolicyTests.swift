@@ -137,6 +137,19 @@ struct RetryPolicyTests {
         #expect(policy.due(afterAttempt: 1, now: accepted + 9000, acceptedAt: accepted, using: &generator) == accepted + 9000)
     }
 
+    @Test("a least delay holds over the jitter, within the age limit")
+    func dueAtLeast() {
+        var generator = SeededGenerator(seed: 5)
+        #expect(Self.standard.limitedAnswerDelay == 75_000)
+        for attempt in 1...4 {
+            let due = Self.standard.due(afterAttempt: attempt, now: 0, acceptedAt: 0, atLeast: 75_000, using: &generator)
+            #expect(due >= 75_000, "attempt \(attempt) is due after \(due) ms")
+        }
+        // The age limit still wins.
+        let short = RetryPolicy(baseMilliseconds: 1000, maxDelayMilliseconds: 300_000, maxAttempts: 15, maxAgeSeconds: 60)
+        #expect(short.due(afterAttempt: 1, now: 1000, acceptedAt: 0, atLeast: 75_000, using: &generator) == 60_000)
+    }
+
     @Test("past either bound, no further attempt")
     func eitherBoundStops() {
         let policy = RetryPolicy(baseMilliseconds: 10, maxDelayMilliseconds: 100, maxAttempts: 3, maxAgeSeconds: 2)

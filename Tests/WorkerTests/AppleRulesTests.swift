@@ -207,6 +207,30 @@ struct AppleRulesTests {
         }
     }
 
+    @Test("21002 is asked again no sooner than a quarter of the largest delay, so its three tries span more than a short incident")
+    func malformedAnswerSpaced() async throws {
+        let policy = RetryPolicy(baseMilliseconds: 5, maxDelayMilliseconds: 2000, maxAttempts: 7, maxAgeSeconds: 3600)
+        try await WorkerHarness.with(retry: policy) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: ["status": 21002]
+            )
+            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let before = WallClock.nowMilliseconds()
+            try await harness.work()
+            let first = try await harness.record(job)
+            #expect(first.status == .retrying)
+            #expect((first.nextAttemptAtMilliseconds ?? 0) - before >= 500, "the first retry is due \((first.nextAttemptAtMilliseconds ?? 0) - before) ms later")
+            let record = try await harness.workUntilFinal(job)
+            #expect(record.status == .rejected)
+            #expect(record.reason == "invalid_receipt")
+            #expect(record.attempts == 3)
+            #expect(WallClock.nowMilliseconds() - before >= 1000, "two waits of at least 500 ms each")
+        }
+    }
+
     /// A transport failure (fail mode) on the first call.
     enum Transport: String, CaseIterable, Sendable {
         case http429, http500, http503, redirect, html, empty, truncated, malformed, oversized, timeout

@@ -38,20 +38,28 @@ public struct RetryPolicy: Sendable, Equatable {
     }
 
     /// When to try a job again after attempt number `attempt` failed at `now` (Unix ms): after a jittered
-    /// delay, but never past the job's age limit, so its last attempt comes at the limit and not up to a
-    /// maximum delay after it (a job must not stay `retrying` long past `TOLLGATE_RETRY_MAX_AGE_S`).
-    public func due<G: RandomNumberGenerator>(afterAttempt attempt: Int, now: Int, acceptedAt: Int, using generator: inout G) -> Int {
-        let delayed = now + self.delay(afterAttempt: attempt, using: &generator)
+    /// delay, or `atLeast` ms, but never past the job's age limit, so its last attempt comes at the limit
+    /// and not up to a maximum delay after it (a job must not stay `retrying` long past `TOLLGATE_RETRY_MAX_AGE_S`).
+    public func due<G: RandomNumberGenerator>(
+        afterAttempt attempt: Int, now: Int, acceptedAt: Int, atLeast: Int = 0, using generator: inout G
+    ) -> Int {
+        let delayed = now + max(atLeast, self.delay(afterAttempt: attempt, using: &generator))
         let (window, wide) = self.maxAgeSeconds.multipliedReportingOverflow(by: 1000)
         let (limit, late) = acceptedAt.addingReportingOverflow(window)
         return wide || late ? delayed : max(now, min(delayed, limit))
     }
 
-    /// ``due(afterAttempt:now:acceptedAt:using:)`` with the system's generator.
-    public func due(afterAttempt attempt: Int, now: Int, acceptedAt: Int) -> Int {
+    /// ``due(afterAttempt:now:acceptedAt:atLeast:using:)`` with the system's generator.
+    public func due(afterAttempt attempt: Int, now: Int, acceptedAt: Int, atLeast: Int = 0) -> Int {
         var generator = SystemRandomNumberGenerator()
-        return self.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, using: &generator)
+        return self.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, atLeast: atLeast, using: &generator)
     }
+
+    /// The least delay before asking again after an answer that is believed once it comes a few times
+    /// (21002, "malformed or a temporary issue", and statuses Apple does not document): a quarter of the
+    /// largest delay (75 s by default), so that its tries span minutes and a short incident at Apple does
+    /// not use them up within seconds.
+    public var limitedAnswerDelay: Int { self.maxDelayMilliseconds / 4 }
 
     /// Whether a job may be tried again after `attempts` attempts, `ageMilliseconds` after it was accepted.
     public func allowsAnotherAttempt(after attempts: Int, ageMilliseconds: Int) -> Bool {
