@@ -145,6 +145,8 @@ struct ConfigurationTests {
             ("TOLLGATE_HTTP_HOST", "0.0.0.0"), ("TOLLGATE_HTTP_HOST", "::1"), ("TOLLGATE_HTTP_HOST", "::"),
             ("TOLLGATE_HTTP_HOST", "localhost"), ("TOLLGATE_HTTP_HOST", "api-1.internal.example"),
             ("TOLLGATE_DATABASE_URL", "postgres://tollgate:p%40ss@db.example:5432/tollgate?sslmode=verify-full&connect_timeout=5"),
+            ("TOLLGATE_DATABASE_URL", "postgres:///tollgate?host=/run/postgresql"),
+            ("TOLLGATE_DATABASE_URL", "postgres://tollgate@db1:5432,db2:5432/tollgate?target_session_attrs=read-write"),
         ]
     )
     func unusualValues(variable: String, value: String) throws {

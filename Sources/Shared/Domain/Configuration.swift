@@ -90,9 +90,9 @@ public struct Configuration: Sendable {
     ) throws {
         let reader = EnvironmentReader(environment)
         self.databaseURL = try reader.string("TOLLGATE_DATABASE_URL", default: "postgres://tollgate@127.0.0.1:5432/tollgate")
-        guard self.databaseURL.hasPrefix("postgres://") || self.databaseURL.hasPrefix("postgresql://"),
-            URLComponents(string: self.databaseURL)?.host?.isEmpty == false
-        else {
+        // libpq reads the rest, including what URLComponents cannot: a Unix socket (postgres:///db?host=/run/postgresql)
+        // and several hosts for failover (postgres://h1:5432,h2:5432/db?target_session_attrs=read-write).
+        guard self.databaseURL.hasPrefix("postgres://") || self.databaseURL.hasPrefix("postgresql://") else {
             throw ConfigurationError(variable: "TOLLGATE_DATABASE_URL", "expected postgres://user:pass@host:port/db")
         }
         if let problem = PostgresClient.problem(in: self.databaseURL) {
