@@ -614,6 +614,28 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a pass of an offer that a subscription also grants stacks after the subscription's access")
+    func passAfterSubscriptionOfTheSameOffer() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            // One offer is one product per app: the pass is the tvOS app's.
+            let tv = try await world.catalog.createApp(publisherId: world.publisher.id, bundleId: "com.example.tv.appletv", sharedSecret: nil, allowSandbox: true)
+            let pass = try await world.catalog.createProduct(ProductDraft(
+                publisherId: world.publisher.id, bundleId: tv.bundleId, productId: "sub.pass30", offerId: world.subscription.offerId,
+                kind: .nonRenewing, title: "30 days", description: nil, coins: nil, durationDays: 30, enabled: true
+            ))
+            let original = Fixtures.transactionId()
+            let period = Self.period(original, original, ends: now.addingTimeInterval(60 * Self.day))
+            _ = try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period]))
+            let bought = AppleTransaction(productId: "sub.pass30", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
+            let end = Self.date(period.expiresDateMilliseconds).addingTimeInterval(30 * Self.day)
+            var request = world.request("a@example.com", pass, bought, verifiedAt: now)
+            request.app = tv
+            #expect(try await world.grants.grant(request) == .granted(expiresAt: end))
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, end))
+        }
+    }
+
     /// Two 30-day passes granted to a@example.com, bought a day apart (the second `now`), so they stack.
     static func twoStackedPasses(_ world: World, now: Date) async throws -> (first: AppleTransaction, second: AppleTransaction) {
         let first = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)))

@@ -110,11 +110,18 @@ public struct GrantStore: Sendable {
             if request.product.kind == .nonRenewing, end.date != nil {
                 // The stack in the order the passes were bought, as a refund recomputes it: a pass granted
                 // late (after a retry, or submitted after the access before it ended) takes its place.
-                let stack = try await Self.passStack(
+                // Unless the access running now ends after the other passes' stack: then it comes from
+                // more than passes (a subscription to the same offer), and the pass stacks after it.
+                let passes = try await Self.passes(
                     publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, without: nil, with: ledger.id,
                     session: session
                 )
-                end = Expiry(date: stack?.end ?? end.date)
+                let others = Self.stack(passes.filter { $0.id != ledger.id })?.end ?? .distantPast
+                if let current = ledger.entitlement, current.active, let running = current.expiresAt, running > others.addingTimeInterval(1) {
+                    // `end` as computed: after the access running.
+                } else {
+                    end = Expiry(date: Self.stack(passes)?.end ?? end.date)
+                }
             }
             write = (
                 """
@@ -512,14 +519,19 @@ public struct GrantStore: Sendable {
         )
     }
 
-    /// The customer's stack of non-renewing passes for an offer: the passes granted and not refunded, but
-    /// `without` and with `with`, in the order they were bought, each from its purchase or the end of the
-    /// one before, whichever is later, for the days it was sold with. Its end and its last pass, or `nil`
-    /// for no pass.
-    private static func passStack(
+    /// A non-renewing pass of the ledger: its row, when it was bought, and the days it was sold with.
+    private struct Pass {
+        let id: Int64
+        let purchased: Date
+        let days: Int
+    }
+
+    /// The customer's non-renewing passes for an offer that are granted and not refunded, but `without`
+    /// and with `with`, in the order they were bought.
+    private static func passes(
         publisherId: UUID, customerEmail: String, offerId: String, without: Int64?, with: Int64?, session: PostgresSession
-    ) async throws -> (end: Date, last: Int64)? {
-        let passes = try await session.query(
+    ) async throws -> [Pass] {
+        try await session.query(
             """
             SELECT t.id, COALESCE(t.purchase_date, t.verified_at) AS purchased, COALESCE(t.duration_days, p.duration_days) AS duration_days
             FROM transactions t
@@ -529,12 +541,18 @@ public struct GrantStore: Sendable {
             ORDER BY purchased, t.id
             """,
             [publisherId, customerEmail, offerId, without, with]
-        ).rows
+        ).rows.map {
+            Pass(id: try $0.decode(Int64.self, "id"), purchased: try $0.decode(Date.self, "purchased"), days: try $0.decode(Int.self, "duration_days"))
+        }
+    }
+
+    /// Passes stacked in order, each from its purchase or the end of the one before, whichever is later:
+    /// the end and the last pass, or `nil` for none.
+    private static func stack(_ passes: [Pass]) -> (end: Date, last: Int64)? {
         var stack: (end: Date, last: Int64)?
         for pass in passes {
-            let purchased = try pass.decode(Date.self, "purchased")
-            let start = max(purchased, stack?.end ?? purchased)
-            stack = (start.addingTimeInterval(Double(try pass.decode(Int.self, "duration_days")) * 86_400), try pass.decode(Int64.self, "id"))
+            let start = max(pass.purchased, stack?.end ?? pass.purchased)
+            stack = (start.addingTimeInterval(Double(pass.days) * 86_400), pass.id)
         }
         return stack
     }
@@ -544,10 +562,10 @@ public struct GrantStore: Sendable {
     private static func restackPasses(
         publisherId: UUID, customerEmail: String, offerId: String, without refunded: Int64, cancelledAt: Date, session: PostgresSession
     ) async throws {
-        let stack = try await Self.passStack(
+        let passes = try await Self.passes(
             publisherId: publisherId, customerEmail: customerEmail, offerId: offerId, without: refunded, with: nil, session: session
         )
-        if let (end, last) = stack {
+        if let (end, last) = Self.stack(passes) {
             try await session.query(
                 """
                 UPDATE entitlements SET expires_at = $4, granted_by = $5, updated_at = now()
