@@ -307,6 +307,14 @@ struct PostgresClientTests {
         return try #require(components.string)
     }
 
+    /// Two clients of a fresh database: one whose connections carry the application name `name`, and a
+    /// one-connection observer that does not.
+    static func clients(named name: String, connections: Int) async throws -> (named: PostgresClient, observer: PostgresClient) {
+        let base = try await TestEnvironment.freshDatabase()
+        let url = try Self.url(base, adding: [URLQueryItem(name: "application_name", value: name)])
+        return (PostgresClient(url: url, connections: connections), PostgresClient(url: base, connections: 1))
+    }
+
     /// The backends of this database whose application name is `name`.
     static func backends(_ client: PostgresClient, named name: String) async throws -> Int {
         try await client.query(
@@ -366,10 +374,8 @@ struct PostgresClientTests {
 
     @Test("a transaction whose connection broke is rolled back without opening a new connection for it")
     func rollbackAfterBrokenConnection() async throws {
-        let base = try await TestEnvironment.freshDatabase()
         let name = "tollgate-test-rollback"
-        let client = PostgresClient(url: try Self.url(base, adding: [URLQueryItem(name: "application_name", value: name)]), connections: 1)
-        let killer = PostgresClient(url: base, connections: 1)
+        let (client, killer) = try await Self.clients(named: name, connections: 1)
         try await TestEnvironment.using(killer) {
             try await TestEnvironment.using(client) {
                 await #expect(throws: PostgresError.self) {
@@ -393,10 +399,8 @@ struct PostgresClientTests {
 
     @Test("shutting a client down closes its idle connections")
     func shutdownClosesIdleConnections() async throws {
-        let base = try await TestEnvironment.freshDatabase()
         let name = "tollgate-test-shutdown"
-        let client = PostgresClient(url: try Self.url(base, adding: [URLQueryItem(name: "application_name", value: name)]), connections: 3)
-        let observer = PostgresClient(url: base, connections: 1)
+        let (client, observer) = try await Self.clients(named: name, connections: 3)
         try await TestEnvironment.using(observer) {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for _ in 0..<3 { group.addTask { try await client.query("SELECT pg_sleep(0.2)") } }

@@ -51,15 +51,10 @@ struct AppleRulesTests {
     @Test("a forced Apple status ends the job as the table says, after exactly the table's attempts, granting nothing", arguments: rows)
     func statusRow(_ row: StatusRow) async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: Self.maxAttempts)) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
             var extra: [String: Any] = ["status": row.status]
             if let isRetryable = row.isRetryable { extra["isRetryable"] = isRetryable }
             if let key = row.retryableKey { extra["retryableKey"] = key }
-            // The scenario lists the purchase: a worker that ignored the status would grant it.
-            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: extra)
-            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let (_, job) = try await Self.submitPremium(harness, extra: extra)
 
             if row.attempts > 1 {
                 try await harness.work()
@@ -187,15 +182,9 @@ struct AppleRulesTests {
     @Test("21008: the worker asks the production URL again, never the sandbox, and grants nothing on that answer")
     func productionRedirect() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 2)) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
             // The emulator can only answer 21008 at the production route by a forced status, so every
             // production call answers 21008: the worker must follow it to production each time.
-            let receipt = ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: ["status": 21008]
-            )
-            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let (_, job) = try await Self.submitPremium(harness, extra: ["status": 21008])
             try await harness.work()
             let afterFirst = try await harness.emulatorStats()
             #expect(afterFirst.production >= 2, "a 21008 answer is followed by another call to the production URL")
@@ -211,13 +200,7 @@ struct AppleRulesTests {
     func malformedAnswerSpaced() async throws {
         let policy = RetryPolicy(baseMilliseconds: 5, maxDelayMilliseconds: 2000, maxAttempts: 7, maxAgeSeconds: 3600)
         try await WorkerHarness.with(retry: policy) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: ["status": 21002]
-            )
-            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let (_, job) = try await Self.submitPremium(harness, extra: ["status": 21002])
             let before = WallClock.nowMilliseconds()
             try await harness.work()
             let first = try await harness.record(job)
@@ -241,14 +224,7 @@ struct AppleRulesTests {
         // A short Apple timeout, so the emulator's held request (`timeout` mode) fails the call quickly.
         let timeout = mode == .timeout ? 300 : 30_000
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(), appleTimeoutMilliseconds: timeout) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)],
-                extra: ["fail": ["count": 1, "mode": mode.rawValue]]
-            )
-            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let (transaction, job) = try await Self.submitPremium(harness, extra: ["fail": ["count": 1, "mode": mode.rawValue]])
             try await harness.work()
             let first = try await harness.record(job)
             #expect(first.status == .retrying)
@@ -273,12 +249,14 @@ struct AppleRulesTests {
         }
     }
 
-    /// The PREMIUM non-consumable in the catalog, and one purchase of it submitted: its transaction id and job id.
-    private static func submitPremium(_ harness: WorkerHarness) async throws -> (transactionId: String, jobId: String) {
+    /// The PREMIUM non-consumable in the catalog, and one purchase of it submitted, with the scenario's
+    /// `extra` keys (a forced status, failures): its transaction id and job id. The scenario lists the
+    /// purchase, so a worker that ignored a forced status would grant it.
+    private static func submitPremium(_ harness: WorkerHarness, extra: [String: Any] = [:]) async throws -> (transactionId: String, jobId: String) {
         try await harness.app(Self.bundle)
         try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
         let transaction = ScenarioReceipt.transactionId()
-        let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
+        let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: extra)
         return (transaction, try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
     }
 
