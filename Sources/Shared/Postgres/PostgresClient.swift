@@ -60,6 +60,7 @@ public final class PostgresClient: Sendable {
     public func withConnection<T>(_ body: (PostgresSession) async throws -> T) async throws -> T {
         let slot = try await self.acquire()
         defer { self.release(slot) }
+        slot.leased = true
         return try await body(PostgresSession(slot: slot, threadPool: self.threadPool, url: self.url))
     }
 
@@ -162,9 +163,11 @@ public final class PostgresClient: Sendable {
 /// A pool slot: holds a connection (or none yet, or none after it broke).
 ///
 /// `@unchecked Sendable`: a slot is leased to one caller at a time by ``PostgresClient``, and that caller
-/// awaits each blocking call before making the next, so `connection` is never touched concurrently.
+/// awaits each blocking call before making the next, so neither property is ever touched concurrently.
 final class PostgresSlot: @unchecked Sendable {
     var connection: PostgresConnection?
+    /// Leased and not used yet: the first statement of a lease checks the connection first.
+    var leased = false
 }
 
 /// A leased connection, valid inside `withConnection`/`withTransaction`.
@@ -245,12 +248,17 @@ public struct PostgresSession: Sendable {
         }
     }
 
-    /// Runs on a pool thread: (re)connects when needed, and forgets a connection that broke.
+    /// Runs on a pool thread: forgets a connection that broke. Only the first statement of a lease
+    /// (re)connects, after checking that the server did not close the connection while it was idle (a
+    /// restart, a terminated backend), so that its first use does not fail for it. A connection that
+    /// broke later in the lease is not replaced: the statements after it would run outside the
+    /// transaction they belong to.
     private static func withConnection<T>(slot: PostgresSlot, url: String, _ body: (PostgresConnection) throws -> T) throws -> T {
-        if slot.connection == nil || slot.connection?.isHealthy == false {
-            slot.connection = try PostgresConnection(url: url)
+        if slot.leased {
+            if slot.connection?.isAlive != true { slot.connection = try PostgresConnection(url: url) }
+            slot.leased = false
         }
-        guard let connection = slot.connection else { throw PostgresError(.connection, "not connected") }
+        guard let connection = slot.connection else { throw PostgresError(.connection, "the connection broke earlier in this lease") }
         do {
             return try body(connection)
         } catch let error as PostgresError where error.code == .connection {

@@ -7,6 +7,9 @@ import Foundation
 /// thread at a time (the pool leases a connection to one caller).
 final class PostgresConnection {
     private let handle: OpaquePointer
+    /// The server said it is ending the session (a FATAL message while the connection was idle: a
+    /// restart, a terminated backend), though the socket may not be closed yet.
+    private var ending = false
     /// Statements prepared on this session, by SQL text: parsed and planned once per connection, not per call.
     private var prepared: [String: String] = [:]
     /// Tollgate's statements are fixed strings; past this many, further texts run unprepared.
@@ -43,9 +46,16 @@ final class PostgresConnection {
             PQfinish(handle)
             throw PostgresError(.connection, message)
         }
-        // Server notices ("relation … already exists, skipping") are not errors; libpq would print them to stderr.
-        PQsetNoticeProcessor(handle, { _, _ in }, nil)
         self.handle = handle
+        // Server notices ("relation … already exists, skipping") are not errors; libpq would print them to
+        // stderr. Only a FATAL one matters: libpq reports the error a server sends before it closes an idle
+        // session as a notice. The receiver runs inside libpq calls on this connection, while it is alive.
+        PQsetNoticeReceiver(handle, { context, result in
+            guard let context, let result, let severity = PQresultErrorField(result, Int32(UInt8(ascii: "V"))) else { return }
+            if ["FATAL", "PANIC"].contains(String(cString: severity)) {
+                Unmanaged<PostgresConnection>.fromOpaque(context).takeUnretainedValue().ending = true
+            }
+        }, Unmanaged.passUnretained(self).toOpaque())
     }
 
     deinit {
@@ -103,8 +113,17 @@ final class PostgresConnection {
         return text
     }
 
-    /// Whether the server connection is still good.
+    /// Whether the server connection is still good, as far as libpq has seen.
     var isHealthy: Bool { PQstatus(self.handle) == CONNECTION_OK }
+
+    /// Whether the server connection is still good after reading, without blocking (libpq's sockets are
+    /// non-blocking), what the server sent while it was idle: a server that restarts or terminates the
+    /// backend sends a FATAL error, then closes the socket (libpq then marks the connection bad).
+    var isAlive: Bool {
+        guard self.isHealthy, PQconsumeInput(self.handle) == 1 else { return false }
+        _ = PQisBusy(self.handle)  // parses what arrived: a FATAL error reaches the notice receiver
+        return !self.ending && self.isHealthy
+    }
 
     /// Whether the session is inside a transaction block that was not closed (after an error mid-way).
     var isInTransaction: Bool { PQtransactionStatus(self.handle) != PQTRANS_IDLE }
