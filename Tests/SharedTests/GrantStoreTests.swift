@@ -555,6 +555,27 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a subscription in its billing grace period keeps it when an answer also lists an old period refunded long ago")
+    func graceKeptThroughOldRefund() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let original = Fixtures.transactionId()
+            var old = Self.period(original, original, ends: now.addingTimeInterval(-31 * Self.day))
+            let last = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(-Self.day))
+            let graceEnd = Self.ms(now.addingTimeInterval(5 * Self.day))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, last, renewals: [old, last], grace: graceEnd)) == .granted(expiresAt: Self.date(graceEnd)))
+
+            // Apple lists the old period refunded (a month ago) and the subscription still in billing retry.
+            old.cancellationDateMilliseconds = Self.ms(now.addingTimeInterval(-30 * Self.day))
+            var evidence = Self.evidence(world, "a@example.com", [old, last])
+            evidence.gracePeriodEnds[original] = graceEnd
+            _ = try await world.grants.applyEvidence(evidence)
+            let access = try await world.access("a@example.com", world.subscription)
+            #expect(access.granted, "the grace period still runs")
+            #expect(Self.close(access.expiresAt, Self.date(graceEnd)))
+        }
+    }
+
     @Test("a subscription refunded and bought again: a submission naming an earlier, granted period grants the new period")
     func resubscribedThroughOldPeriod() async throws {
         try await Self.withWorld { world in

@@ -206,12 +206,17 @@ public struct GrantStore: Sendable {
             // Renewals first: a refunded period keeps the access when a period still paid for ends later,
             // and the periods this same answer brings must be in the ledger when the refund looks for them.
             // Revoked first, they would find the access gone and neither extend it nor count as granted.
+            // A refund that keeps the access keeps it until the latest period's end: the access is then
+            // extended again, to a grace period's end (billing retry) that no period records.
             var extended = 0
             for renewal in renewals {
                 extended += try await Self.extend(renewal, evidence: evidence, session: session)
             }
             for refund in open {
                 try await Self.revoke(ledgerId: refund.ledgerId, cancelledAt: refund.cancelledAt, session: session)
+            }
+            if !open.isEmpty, !renewals.isEmpty {
+                try await session.pipeline(renewals.map { Self.extendStatement($0, publisherId: evidence.publisherId) })
             }
             return AppliedEvidence(
                 revoked: open.count, extended: extended, bearsOn: Set(refunds.map(\.holder) + renewals.map(\.holder)).sorted()
@@ -293,14 +298,20 @@ public struct GrantStore: Sendable {
             )
             try await session.query(sql, parameters)
         }
-        return try await session.query(
+        let (sql, parameters) = Self.extendStatement(renewal, publisherId: evidence.publisherId)
+        return try await session.query(sql, parameters).affectedRows
+    }
+
+    /// Moves the owner's unrevoked access to the renewal's end, if that is later.
+    private static func extendStatement(_ renewal: Renewal, publisherId: UUID) -> (String, [any PostgresEncodable]) {
+        (
             """
             UPDATE entitlements SET expires_at = $4, updated_at = now()
             WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL
               AND expires_at IS NOT NULL AND expires_at < $4
             """,
-            [evidence.publisherId, customer, renewal.holder.offerId, renewal.end]
-        ).affectedRows
+            [publisherId, renewal.holder.customerEmail, renewal.holder.offerId, renewal.end]
+        )
     }
 
     /// Serialises work on one customer and offer, so stacking and extending read and write one state.
