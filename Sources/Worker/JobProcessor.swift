@@ -109,11 +109,17 @@ struct JobProcessor: Sendable {
             case .retry(let reason, let detail, let limit, let exhausted):
                 // A verdict's own limit counts the attempts that ended with that same answer (21002 three
                 // times), not every attempt: timeouts before it must not use it up.
-                let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, atLeast: limit == nil ? 0 : self.retry.limitedAnswerDelay)
+                // Such an answer, once it came twice, is asked again minutes later (RetryPolicy.limitedAnswerDelay).
+                let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt)
+                let repeatDue = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, atLeast: self.retry.limitedAnswerDelay)
                 let allowed = self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt)
-                if allowed, try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0) }) {
+                if allowed,
+                    let parked = try await self.queue.retry(
+                        delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0, repeatDue) }
+                    )
+                {
                     WorkerMetrics.job(status: .retrying, reason: reason)
-                    logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(due - now)"])
+                    logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(parked - now)"])
                 } else {
                     // Only the answer's own limit makes its end final (21002 three times: rejected). Out of the
                     // policy's attempts or age first, the answer was never believed: failed, to be requeued.

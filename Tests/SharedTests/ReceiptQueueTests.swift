@@ -522,7 +522,7 @@ struct ReceiptQueueTests {
             let job = Fixtures.job()
             let delivery = try await harness.enqueueAndStart(job)
             // An answer with its own limit was counted before the job failed.
-            #expect(try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: 0, reason: .appleUnavailable, now: 0, limit: ("apple status 21999", 1)) == false)
+            #expect(try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: 0, reason: .appleUnavailable, now: 0, limit: ("apple status 21999", 1, 0)) == nil)
             try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
             #expect(try await harness.field(job.jobId, "tries:apple status 21999") == "1")
             let before = try #require(try await harness.redis.send("TTL", harness.keys.job(job.jobId)).int)

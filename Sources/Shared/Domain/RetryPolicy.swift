@@ -56,9 +56,10 @@ public struct RetryPolicy: Sendable, Equatable {
     }
 
     /// The least delay before asking again after an answer that is believed once it comes a few times
-    /// (21002, "malformed or a temporary issue", and statuses Apple does not document): a quarter of the
-    /// largest delay (75 s by default), so that its tries span minutes and a short incident at Apple does
-    /// not use them up within seconds.
+    /// (21002, "malformed or a temporary issue", and statuses Apple does not document), from its second
+    /// time on: a quarter of the largest delay (75 s by default), so that its tries span minutes and a
+    /// short incident at Apple does not use them up within seconds. The first time, it is asked again as
+    /// soon as any failure, within the minute an app polls.
     public var limitedAnswerDelay: Int { self.maxDelayMilliseconds / 4 }
 
     /// Whether a job may be tried again after `attempts` attempts, `ageMilliseconds` after it was accepted.

@@ -130,21 +130,28 @@ enum QueueScripts {
     /// Park a job in the delayed-retry set and acknowledge its entry, in one step; a job already final
     /// (a late copy of it) is only acknowledged. With a counter and a limit, the attempts that ended this
     /// way are counted in the job's hash, and the one that reaches the limit parks nothing and returns 0:
-    /// the caller ends the job.
+    /// the caller ends the job. From the second such attempt on, the job is due no sooner than the
+    /// repeat due time.
     ///
     /// KEYS: job, stream, retry, inflight. ARGV: entry id, group, jobId, due (ms), reason, now, and
-    /// optionally counter field and limit. Returns 1 (parked, or only acknowledged) | 0 (limit reached).
+    /// optionally counter field, limit and repeat due (ms). Returns the due time (parked, or only
+    /// acknowledged: the one given) | -1 (limit reached).
     static let retry = RedisScript(name: "retry", source: """
+        local due = ARGV[4]
         local current = redis.call('HGET', KEYS[1], 'status')
         if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
-          if ARGV[7] and redis.call('HINCRBY', KEYS[1], ARGV[7], 1) >= tonumber(ARGV[8]) then return 0 end
-          redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', ARGV[4], 'updatedAt', ARGV[6])
-          redis.call('ZADD', KEYS[3], ARGV[4], ARGV[3])
+          if ARGV[7] then
+            local count = redis.call('HINCRBY', KEYS[1], ARGV[7], 1)
+            if count >= tonumber(ARGV[8]) then return -1 end
+            if count >= 2 and tonumber(ARGV[9]) > tonumber(due) then due = ARGV[9] end
+          end
+          redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', due, 'updatedAt', ARGV[6])
+          redis.call('ZADD', KEYS[3], due, ARGV[3])
         end
         redis.call('ZREM', KEYS[4], ARGV[3])
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
-        return 1
+        return tonumber(due)
         """)
 
     /// Move due retries back to the stream; each id leaves the set once, so none moves twice. A job that is

@@ -231,19 +231,22 @@ public struct ReceiptQueue: Sendable {
         _ = try await (ack, del)
     }
 
-    /// Parks the job until `dueAt` (Unix ms) and acknowledges the entry, atomically. With a `limit`, the
-    /// attempts that ended as `limit.key` says are counted, and the one that reaches `limit.attempts` parks
-    /// nothing: `false`, and the caller ends the job.
+    /// Parks the job until `dueAt` (Unix ms) and acknowledges the entry, atomically; returns when the job
+    /// is due. With a `limit`, the attempts that ended as `limit.key` says are counted: from the second
+    /// on, the job is due no sooner than `limit.repeatDueAt`, and the one that reaches `limit.attempts`
+    /// parks nothing: `nil`, and the caller ends the job.
     @discardableResult
     public func retry(
-        _ delivery: QueueDelivery, jobId: String, dueAt: Int, reason: JobReason, now: Int, limit: (key: String, attempts: Int)? = nil
-    ) async throws -> Bool {
+        _ delivery: QueueDelivery, jobId: String, dueAt: Int, reason: JobReason, now: Int,
+        limit: (key: String, attempts: Int, repeatDueAt: Int)? = nil
+    ) async throws -> Int? {
         var arguments = [delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now)]
-        if let limit { arguments += ["tries:\(limit.key)", String(limit.attempts)] }
+        if let limit { arguments += ["tries:\(limit.key)", String(limit.attempts), String(limit.repeatDueAt)] }
         let reply = try await self.redis.run(
             QueueScripts.retry, keys: [self.keys.job(jobId), self.keys.stream, self.keys.retry, self.keys.inflight], arguments: arguments
         )
-        return reply.int != 0
+        guard let due = reply.int, due >= 0 else { return nil }
+        return due
     }
 
     /// Moves up to `limit` due retries back to the stream; returns how many moved.
