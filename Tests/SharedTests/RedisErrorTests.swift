@@ -15,6 +15,10 @@ struct RedisErrorTests {
         ("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", true),
         ("NOREPLICAS Not enough good replicas to write.", true),
         ("BUSYGROUP Consumer Group name already exists", false),
+        // Redis 6.2 wraps a command refused inside a script.
+        ("ERR Error running script (call to f_5e1b): @user_script:32: @user_script: 32: -OOM command not allowed when used memory > 'maxmemory'.", true),
+        ("ERR Error running script (call to f_5e1b): @user_script:1: @user_script: 1: -NOREPLICAS Not enough good replicas to write.", true),
+        ("ERR Error running script (call to f_5e1b): @user_script:9: @user_script: 9: -WRONGTYPE Operation against a key holding the wrong kind of value", false),
         ("WRONGTYPE Operation against a key holding the wrong kind of value", false),
         ("ERR unknown command", false),
         ("NOSCRIPT No matching script", false),

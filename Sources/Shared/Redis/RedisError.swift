@@ -46,12 +46,15 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     /// Whether Redis cannot serve right now and the same command may succeed shortly: unreachable, or
     /// reachable but still loading its data, without a primary, mid-failover, out of memory (`maxmemory`
     /// with `noeviction`), unable to persist (`MISCONF`), busy with a long script, or short of replicas.
-    /// A script's error carries the refused command's error code first, so a script refused as a whole
-    /// (OOM at its first write) counts too.
+    /// A command refused inside a script counts too: Redis 7 puts its error code first, Redis 6 wraps it
+    /// (`ERR Error running script (…): @user_script:12: -OOM …`).
     public var isUnavailable: Bool {
         if self.isConnectionFailure { return true }
         guard self.code == .server else { return false }
-        let errorCode = self.message.prefix { $0 != " " }
+        var errorCode = self.message.prefix { $0 != " " }
+        if errorCode == "ERR", self.message.hasPrefix("ERR Error running script"), let dash = self.message.range(of: ": -") {
+            errorCode = self.message[dash.upperBound...].prefix { $0 != " " }
+        }
         return ["LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "OOM", "MISCONF", "BUSY", "NOREPLICAS"].contains(errorCode)
     }
 
