@@ -6,8 +6,8 @@ import Synchronization
 /// whose blocking calls run on threads of the client's own (as many as connections), never on Swift's
 /// cooperative pool.
 ///
-/// Connections open lazily, and a connection that broke is replaced on its next use, so the client
-/// recovers by itself when PostgreSQL comes back.
+/// Connections open lazily, and a connection that broke is replaced when it is next leased (never within
+/// a lease), so the client recovers by itself when PostgreSQL comes back.
 ///
 /// Nothing waits for good: a caller that finds every connection busy for `acquireTimeout` gets an error
 /// (a 503 in the API), and each statement is bounded by the session's `statement_timeout` (see
@@ -90,8 +90,9 @@ public final class PostgresClient: Sendable {
         (try? await self.query("SELECT 1")) != nil
     }
 
-    /// Fails waiters, refuses new leases, closes the idle connections (so the server sees them end, not
-    /// reset) and stops the client's threads once the leased ones are returned.
+    /// Fails waiters, refuses new leases, closes the idle connections on the client's threads (so the
+    /// server sees them end) and stops those threads once their queued work is done. A connection
+    /// leased at that moment closes when its slot is released and freed.
     public func shutdown() async {
         let (waiters, idle) = self.state.withLock { state in
             state.closed = true
