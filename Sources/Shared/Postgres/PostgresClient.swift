@@ -92,7 +92,7 @@ public final class PostgresClient: Sendable {
 
     /// Fails waiters, refuses new leases, closes the idle connections on the client's threads (so the
     /// server sees them end) and stops those threads once their queued work is done. A connection
-    /// leased at that moment closes when its slot is released and freed.
+    /// leased at that moment is closed when it is returned, on those threads if they still run.
     public func shutdown() async {
         let (waiters, idle) = self.state.withLock { state in
             state.closed = true
@@ -150,14 +150,21 @@ public final class PostgresClient: Sendable {
     }
 
     private func release(_ slot: PostgresSlot) {
-        let waiter = self.state.withLock { state -> Waiter? in
+        let (waiter, closed) = self.state.withLock { state -> (Waiter?, Bool) in
             if state.waiters.isEmpty {
                 state.idle.append(slot)
-                return nil
+                return (nil, state.closed)
             }
-            return state.waiters.removeFirst()
+            return (state.waiters.removeFirst(), false)
         }
         waiter?.continuation.resume(returning: slot)
+        if closed {
+            // Returned after shutdown: closed on the client's threads while they still run (shutdown
+            // waits for what is queued); else it closes when the client is freed.
+            self.threadPool.submit { state in
+                if case .active = state { slot.connection = nil }
+            }
+        }
     }
 }
 
