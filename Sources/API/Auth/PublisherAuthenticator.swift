@@ -4,18 +4,29 @@ import Shared
 /// Checks publisher credentials and customer tokens, caching publisher look-ups for a few seconds: a request
 /// costs no database round trip for auth, and a disabled publisher or rotated credentials stop working on
 /// every API process within ``cacheLifetime`` seconds, and so do the customer tokens obtained with them.
+///
+/// A token that names no publisher is remembered as such too: middleware still sending a token rotated
+/// away costs one look-up per lifetime, not one per request. (Tokens are random secrets: none names a
+/// publisher before it is issued.)
 struct PublisherAuthenticator: Sendable {
     static let cacheLifetime = 5.0
+
+    /// A look-up by token, found or not.
+    private struct TokenLookup: Sendable {
+        let record: PublisherAuthRecord?
+    }
 
     let catalog: CatalogStore
     /// `nil` when `TOLLGATE_TOKEN_SECRET` is unset: customer tokens are refused.
     let customerTokens: CustomerTokens?
-    private let byToken = ExpiringCache<[UInt8], PublisherAuthRecord>(lifetime: Self.cacheLifetime)
-    private let byId = ExpiringCache<UUID, PublisherAuthRecord>(lifetime: Self.cacheLifetime)
+    private let byToken: ExpiringCache<[UInt8], TokenLookup>
+    private let byId: ExpiringCache<UUID, PublisherAuthRecord>
 
-    init(catalog: CatalogStore, customerTokens: CustomerTokens?) {
+    init(catalog: CatalogStore, customerTokens: CustomerTokens?, cacheLifetime: Double = Self.cacheLifetime) {
         self.catalog = catalog
         self.customerTokens = customerTokens
+        self.byToken = ExpiringCache(lifetime: cacheLifetime)
+        self.byId = ExpiringCache(lifetime: cacheLifetime)
     }
 
     /// The enabled publisher holding both credentials, or `nil`.
@@ -50,9 +61,8 @@ struct PublisherAuthenticator: Sendable {
 
     private func record(token: String) async throws -> PublisherAuthRecord? {
         let tokenHash = PublisherCredentials.hash(token)
-        guard let record = try await self.byToken.value(for: tokenHash, load: { try await self.catalog.publisherAuth(tokenHash: tokenHash) }),
-            record.publisher.enabled
-        else { return nil }
+        let lookup = try await self.byToken.value(for: tokenHash) { TokenLookup(record: try await self.catalog.publisherAuth(tokenHash: tokenHash)) }
+        guard let record = lookup?.record, record.publisher.enabled else { return nil }
         return record
     }
 }
