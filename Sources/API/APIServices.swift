@@ -19,8 +19,9 @@ struct APIServices: Sendable {
     let rateLimiter: RateLimiter
     /// Recent access-status answers, kept exact through the queue's access channel.
     let accessCache: AccessCache
-    /// Offer look-ups, cached briefly: a disabled product stops accepting within seconds.
-    let offers = ExpiringCache<OfferKey, [Product]>(lifetime: 5)
+    /// Offer look-ups, cached briefly: a disabled product stops accepting within seconds. While PostgreSQL
+    /// is away, offers looked up in the last ten minutes still answer (see ``PublisherAuthenticator``).
+    let offers = ExpiringCache<OfferKey, [Product]>(lifetime: 5, staleFor: PublisherAuthenticator.staleLifetime)
 
     init(configuration: Configuration, redis: RedisClient, database: PostgresClient) async {
         self.configuration = configuration

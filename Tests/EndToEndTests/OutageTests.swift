@@ -122,7 +122,7 @@ struct OutageTests {
         await redis.stop()
     }
 
-    @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503; back up, every job is granted once")
+    @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503, receipts are still accepted; back up, every job is granted once")
     func postgresOutage() async throws {
         let postgres = try await DedicatedPostgres()
         let system = try await TollgateSystem(
@@ -154,6 +154,10 @@ struct OutageTests {
             }
             let retryLines = worker.log().components(separatedBy: "\n").filter { $0.contains("\"msg\":\"retrying\"") }.count
             #expect(retryLines < 300, "\(retryLines) retries in 10 s is a hot loop")
+            // Receipts are still accepted into Redis: the publisher and offer were looked up a moment ago.
+            let accepted = try await Self.submit(system, publisher, 100)
+            #expect(accepted.status == 200, "a submission during the outage got \(accepted.status)")
+            if let job = accepted.json["jobId"] as? String { jobs.append(job) }
 
             try await postgres.start()
             _ = try await Poll.until(timeout: .seconds(30), "worker ready again") {

@@ -8,8 +8,13 @@ import Shared
 /// A token that names no publisher is remembered as such too: middleware still sending a token rotated
 /// away costs one look-up per lifetime, not one per request. (Tokens are random secrets: none names a
 /// publisher before it is issued.)
+///
+/// While PostgreSQL is away, what was looked up in the last ``staleLifetime`` seconds still answers, so
+/// receipts keep being accepted into Redis (the workers wait for PostgreSQL); admin changes cannot be
+/// made meanwhile anyway.
 struct PublisherAuthenticator: Sendable {
     static let cacheLifetime = 5.0
+    static let staleLifetime = 600.0
 
     /// A look-up by token, found or not.
     private struct TokenLookup: Sendable {
@@ -25,8 +30,8 @@ struct PublisherAuthenticator: Sendable {
     init(catalog: CatalogStore, customerTokens: CustomerTokens?, cacheLifetime: Double = Self.cacheLifetime) {
         self.catalog = catalog
         self.customerTokens = customerTokens
-        self.byToken = ExpiringCache(lifetime: cacheLifetime)
-        self.byId = ExpiringCache(lifetime: cacheLifetime)
+        self.byToken = ExpiringCache(lifetime: cacheLifetime, staleFor: Self.staleLifetime)
+        self.byId = ExpiringCache(lifetime: cacheLifetime, staleFor: Self.staleLifetime)
     }
 
     /// The enabled publisher holding both credentials, or `nil`.

@@ -3,6 +3,9 @@ import Synchronization
 
 /// A small in-process cache whose entries expire after a fixed time, so changes made elsewhere (another
 /// API process, an admin call) take effect within that time without a round trip per request.
+///
+/// With `staleFor`, an entry past its lifetime still answers while `load` fails (its source, PostgreSQL,
+/// is away) for that much longer: what was true a moment ago, rather than an error for every request.
 public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     private struct Entry {
         let value: Value
@@ -11,19 +14,35 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
 
     private let entries = Mutex<[Key: Entry]>([:])
     private let lifetimeNanoseconds: UInt64
+    private let staleNanoseconds: UInt64
     private let capacity: Int
 
-    /// Creates a cache whose entries live `lifetime` seconds, holding at most `capacity` of them.
-    public init(lifetime: Double, capacity: Int = 10_000) {
+    /// Creates a cache whose entries live `lifetime` seconds, and serve `staleFor` seconds more while
+    /// loading fails, holding at most `capacity` of them.
+    public init(lifetime: Double, staleFor: Double = 0, capacity: Int = 10_000) {
         self.lifetimeNanoseconds = UInt64(lifetime * 1_000_000_000)
+        self.staleNanoseconds = UInt64(staleFor * 1_000_000_000)
         self.capacity = capacity
     }
 
-    /// The cached value, or the one `load` produces (cached unless it is `nil`).
+    /// The cached value, or the one `load` produces (cached unless it is `nil`); when `load` throws, an
+    /// entry within its stale time.
     public func value(for key: Key, load: () async throws -> Value?) async rethrows -> Value? {
-        let now = DispatchTime.now().uptimeNanoseconds
-        if let entry = self.entries.withLock({ $0[key] }), entry.expires > now { return entry.value }
-        guard let value = try await load() else { return nil }
+        try await self.value(for: key, now: DispatchTime.now().uptimeNanoseconds, load: load)
+    }
+
+    /// ``value(for:load:)`` at `now` (uptime nanoseconds), for tests.
+    func value(for key: Key, now: UInt64, load: () async throws -> Value?) async rethrows -> Value? {
+        let cached = self.entries.withLock { $0[key] }
+        if let cached, cached.expires > now { return cached.value }
+        let loaded: Value?
+        do {
+            loaded = try await load()
+        } catch {
+            if let cached, cached.expires &+ self.staleNanoseconds > now { return cached.value }
+            throw error
+        }
+        guard let value = loaded else { return nil }
         self.entries.withLock { entries in
             if entries.count >= self.capacity {
                 // Dropping everything is crude but bounded and rare: the cache refills in one lifetime.

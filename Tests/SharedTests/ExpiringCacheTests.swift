@@ -1,0 +1,26 @@
+import Testing
+@testable import Shared
+
+@Suite("ExpiringCache")
+struct ExpiringCacheTests {
+    struct Down: Error {}
+
+    static let second: UInt64 = 1_000_000_000
+
+    @Test("an entry answers for its lifetime; past it, a failing load is answered from the entry for the stale time, then the error")
+    func staleWhileLoadFails() async throws {
+        let cache = ExpiringCache<String, Int>(lifetime: 5, staleFor: 60)
+        #expect(await cache.value(for: "k", now: 0) { 1 } == 1)
+        #expect(await cache.value(for: "k", now: 4 * Self.second) { 2 } == 1, "fresh: not loaded again")
+        #expect(try await cache.value(for: "k", now: 30 * Self.second) { throw Down() } == 1, "stale while loading fails")
+        await #expect(throws: Down.self) { try await cache.value(for: "k", now: 70 * Self.second) { throw Down() } }
+        #expect(await cache.value(for: "k", now: 70 * Self.second) { 3 } == 3, "loaded again once the source answers")
+    }
+
+    @Test("without a stale time, a failing load past the lifetime throws")
+    func noStaleTime() async throws {
+        let cache = ExpiringCache<String, Int>(lifetime: 5)
+        #expect(await cache.value(for: "k", now: 0) { 1 } == 1)
+        await #expect(throws: Down.self) { try await cache.value(for: "k", now: 6 * Self.second) { throw Down() } }
+    }
+}
