@@ -399,6 +399,15 @@ struct GrantStoreTests {
         )
     }
 
+    /// The monthly periods of one new subscription, ending `days` days from `now` each; the first one's id
+    /// is the subscription's original transaction id.
+    static func subscription(_ now: Date, endingInDays days: Double...) -> [AppleTransaction] {
+        let original = Fixtures.transactionId()
+        return days.enumerated().map { index, day in
+            Self.period(original, index == 0 ? original : Fixtures.transactionId(), ends: now.addingTimeInterval(day * Self.day))
+        }
+    }
+
     static func period(_ original: String, _ id: String, ends: Date, cancelled: Date? = nil) -> AppleTransaction {
         AppleTransaction(
             productId: "sub.monthly", transactionId: id, originalTransactionId: original,
@@ -411,9 +420,8 @@ struct GrantStoreTests {
     func renewalEvidenceExtends() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let original = Fixtures.transactionId()
-            let first = Self.period(original, original, ends: now.addingTimeInterval(10 * Self.day))
-            let renewal = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(40 * Self.day))
+            let periods = Self.subscription(now, endingInDays: 10, 40)
+            let (first, renewal) = (periods[0], periods[1])
             _ = try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first]))
             // Another customer's receipt lists the renewal: the owner's access follows it.
             let applied = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [first, renewal]))
@@ -453,19 +461,17 @@ struct GrantStoreTests {
     func crossedEvidence() async throws {
         try await Self.withWorld(connections: 4) { world in
             let now = Date()
-            let originals = (a: Fixtures.transactionId(), b: Fixtures.transactionId())
-            let firstA = Self.period(originals.a, originals.a, ends: now.addingTimeInterval(10 * Self.day))
-            let firstB = Self.period(originals.b, originals.b, ends: now.addingTimeInterval(10 * Self.day))
+            let (a, b) = (Self.subscription(now, endingInDays: 10, 40), Self.subscription(now, endingInDays: 10, 40))
+            let (firstA, firstB) = (a[0], b[0])
             _ = try await world.grants.grant(world.request("a@example.com", world.subscription, firstA, renewals: [firstA]))
             _ = try await world.grants.grant(world.request("b@example.com", world.subscription, firstB, renewals: [firstB]))
-            func crossed(refunding first: AppleTransaction, renewing original: String) -> Evidence {
+            func crossed(refunding first: AppleTransaction, renewing renewal: AppleTransaction) -> Evidence {
                 var refunded = first
                 refunded.cancellationDateMilliseconds = Self.ms(now)
-                let renewal = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(40 * Self.day))
                 return Self.evidence(world, "x@example.com", [refunded, renewal])
             }
-            let one = crossed(refunding: firstB, renewing: originals.a)
-            let other = crossed(refunding: firstA, renewing: originals.b)
+            let one = crossed(refunding: firstB, renewing: a[1])
+            let other = crossed(refunding: firstA, renewing: b[1])
             let lockB = GrantStore.lockStatement(publisherId: world.publisher.id, customerEmail: "b@example.com", offerId: world.subscription.offerId)
             let (first, second) = try await world.database.withTransaction { session in
                 try await session.query(lockB.0, lockB.1)
@@ -501,8 +507,8 @@ struct GrantStoreTests {
     func subscriptionBoughtAgain(_ history: String) async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let original = Fixtures.transactionId()
-            var first = Self.period(original, original, ends: now.addingTimeInterval(history == "lapsed" ? -5 * Self.day : 10 * Self.day))
+            let periods = Self.subscription(now, endingInDays: history == "lapsed" ? -5 : 10, 29)
+            var first = periods[0]
             if history == "lapsed" {
                 #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first])) == .expired(expiresAt: Self.date(first.expiresDateMilliseconds)))
             } else {
@@ -513,7 +519,7 @@ struct GrantStoreTests {
             #expect(try await world.access("a@example.com", world.subscription).granted == false)
 
             // Bought again in the same group: the same original transaction. The answer's evidence runs first.
-            let again = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(29 * Self.day))
+            let again = periods[1]
             _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, again]))
             // A lapse granted nothing, so nobody owns the subscription and the evidence records the period for
             // no one; a refund leaves it its owner's, recorded but not yet granted.
@@ -531,12 +537,11 @@ struct GrantStoreTests {
     func ledgerRowChangesHandsWithTheClaim() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let original = Fixtures.transactionId()
-            let lapsed = Self.period(original, original, ends: now.addingTimeInterval(-5 * Self.day))
+            let periods = Self.subscription(now, endingInDays: -5, 29)
+            let (lapsed, again) = (periods[0], periods[1])
             #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, lapsed, renewals: [lapsed])) == .expired(expiresAt: Self.date(lapsed.expiresDateMilliseconds)))
 
             // The same Apple ID subscribes again; another customer submits it, naming the lapsed period.
-            let again = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(29 * Self.day))
             let request = world.request("b@example.com", world.subscription, lapsed, renewals: [lapsed, again])
             #expect(try await world.grants.grant(request) == .granted(expiresAt: Self.date(again.expiresDateMilliseconds)))
             let row = try #require(try await world.database.query(
@@ -559,16 +564,16 @@ struct GrantStoreTests {
     func graceKeptThroughOldRefund() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let original = Fixtures.transactionId()
-            var old = Self.period(original, original, ends: now.addingTimeInterval(-31 * Self.day))
-            let last = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(-Self.day))
+            let periods = Self.subscription(now, endingInDays: -31, -1)
+            var old = periods[0]
+            let last = periods[1]
             let graceEnd = Self.ms(now.addingTimeInterval(5 * Self.day))
             #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, last, renewals: [old, last], grace: graceEnd)) == .granted(expiresAt: Self.date(graceEnd)))
 
             // Apple lists the old period refunded (a month ago) and the subscription still in billing retry.
             old.cancellationDateMilliseconds = Self.ms(now.addingTimeInterval(-30 * Self.day))
             var evidence = Self.evidence(world, "a@example.com", [old, last])
-            evidence.gracePeriodEnds[original] = graceEnd
+            evidence.gracePeriodEnds[old.originalTransactionId] = graceEnd
             _ = try await world.grants.applyEvidence(evidence)
             let access = try await world.access("a@example.com", world.subscription)
             #expect(access.granted, "the grace period still runs")
@@ -580,16 +585,15 @@ struct GrantStoreTests {
     func resubscribedThroughOldPeriod() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let original = Fixtures.transactionId()
-            let first = Self.period(original, original, ends: now.addingTimeInterval(-5 * Self.day))
-            var second = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(25 * Self.day))
+            let periods = Self.subscription(now, endingInDays: -5, 25, 30)
+            let (first, third) = (periods[0], periods[2])
+            var second = periods[1]
             #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second])) == .granted(expiresAt: Self.date(second.expiresDateMilliseconds)))
             second.cancellationDateMilliseconds = Self.ms(now.addingTimeInterval(-Self.day))
             #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, second, renewals: [first, second])) == .refunded)
             #expect(try await world.access("a@example.com", world.subscription).granted == false)
 
             // Subscribed again; the middleware names the first period, which was granted long ago.
-            let third = Self.period(original, Fixtures.transactionId(), ends: now.addingTimeInterval(30 * Self.day))
             _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, second, third]))
             let end = Self.date(third.expiresDateMilliseconds)
             #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second, third])) == .granted(expiresAt: end))
@@ -645,8 +649,7 @@ struct GrantStoreTests {
                 publisherId: world.publisher.id, bundleId: tv.bundleId, productId: "sub.pass30", offerId: world.subscription.offerId,
                 kind: .nonRenewing, title: "30 days", description: nil, coins: nil, durationDays: 30, enabled: true
             ))
-            let original = Fixtures.transactionId()
-            let period = Self.period(original, original, ends: now.addingTimeInterval(60 * Self.day))
+            let period = Self.subscription(now, endingInDays: 60)[0]
             _ = try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period]))
             let bought = AppleTransaction(productId: "sub.pass30", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
             let end = Self.date(period.expiresDateMilliseconds).addingTimeInterval(30 * Self.day)
