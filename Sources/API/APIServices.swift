@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Shared
 
 /// A publisher's offer, as the offer cache's key.
@@ -20,10 +21,10 @@ struct APIServices: Sendable {
     /// Recent access-status answers, kept exact through the queue's access channel.
     let accessCache: AccessCache
     /// Offer look-ups, cached briefly: a disabled product stops accepting within seconds. While PostgreSQL
-    /// is away, offers looked up in the last ten minutes still answer (see ``PublisherAuthenticator``).
-    let offers = ExpiringCache<OfferKey, [Product]>(lifetime: 5, staleFor: PublisherAuthenticator.staleLifetime)
+    /// is away, offers looked up in the last ten minutes still answer (see ``PublisherDirectory``).
+    let offers = ExpiringCache<OfferKey, [Product]>(lifetime: 5, staleFor: PublisherDirectory.staleLifetime)
 
-    init(configuration: Configuration, redis: RedisClient, database: PostgresClient) async {
+    init(configuration: Configuration, redis: RedisClient, database: PostgresClient, logger: Logger) async {
         self.configuration = configuration
         self.redis = redis
         self.database = database
@@ -35,7 +36,9 @@ struct APIServices: Sendable {
         if let secret = configuration.tokenSecret {
             customerTokens = await CustomerTokens(secret: secret, lifetimeSeconds: configuration.customerTokenLifetimeSeconds)
         }
-        self.authenticator = PublisherAuthenticator(catalog: self.catalog, customerTokens: customerTokens)
+        self.authenticator = PublisherAuthenticator(
+            directory: PublisherDirectory(catalog: self.catalog, logger: logger), customerTokens: customerTokens
+        )
         self.rateLimiter = RateLimiter(
             redis: redis, prefix: configuration.queuePrefix, perSecond: configuration.rateLimitPerSecond, burst: configuration.rateLimitBurst
         )

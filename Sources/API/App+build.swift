@@ -30,7 +30,7 @@ struct APIApplication {
 func buildApplication(configuration: Configuration, logger: Logger, registry: PrometheusCollectorRegistry = MetricsSetup.bootstrap()) async throws -> APIApplication {
     let redis = RedisClient(configuration: configuration.redis, connections: configuration.redisPoolSize)
     let database = PostgresClient(url: configuration.databaseURL, connections: configuration.databasePoolSize)
-    let services = await APIServices(configuration: configuration, redis: redis, database: database)
+    let services = await APIServices(configuration: configuration, redis: redis, database: database, logger: logger)
     do {
         try await services.queue.prepare()
         await RedisSafety.warnIfUnsafe(redis: redis, logger: logger)
@@ -44,9 +44,11 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
     let application = Application(
         router: router,
         configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "tollgate-api"),
-        services: [QueueGauges(queue: services.queue, logger: logger), AccessInvalidations(
-            cache: services.accessCache, redis: configuration.redis, channel: services.queue.keys.accessChannel, logger: logger
-        )],
+        services: [
+            QueueGauges(queue: services.queue, logger: logger),
+            AccessInvalidations(cache: services.accessCache, redis: configuration.redis, channel: services.queue.keys.accessChannel, logger: logger),
+            PublisherDirectoryRefresher(directory: services.authenticator.directory),
+        ],
         onServerRunning: { channel in
             let port = channel.localAddress?.port ?? configuration.httpPort
             logger.info("listening", metadata: ["host": "\(configuration.httpHost)", "port": "\(port)"])

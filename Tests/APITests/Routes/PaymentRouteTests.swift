@@ -261,7 +261,7 @@ struct PaymentRouteTests {
     func disabledPublisher() async throws {
         try await APIHarness.withAPI { api in
             let tenant = try await api.provisionTenant()
-            try await api.services.database.query("UPDATE publishers SET enabled = false WHERE id = $1::uuid", [tenant.publisherId])
+            #expect(try await api.admin(.patch, "/admin/v1/publishers/\(tenant.publisherId)", json: ["enabled": false]).status == .ok)
             expectError(try await api.pay(tenant, Payment.body()), .unauthorized, code: "unauthorized")
             #expect(try await api.streamLength() == 0)
         }

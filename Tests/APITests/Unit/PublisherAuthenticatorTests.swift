@@ -1,51 +1,103 @@
+import Foundation
+import Logging
 import Shared
 import Testing
 import TestSupport
 
 @testable import API
 
-/// `PublisherAuthenticator`'s cache, against a PostgreSQL of the test's own that it can stop.
+/// `PublisherAuthenticator` over `PublisherDirectory`, against a PostgreSQL of the test's own that it can stop.
 @Suite("PublisherAuthenticator")
 struct PublisherAuthenticatorTests {
-    /// An authenticator over a fresh PostgreSQL with one publisher, which it has authenticated once.
+    /// A fresh PostgreSQL with two publishers, and an authenticator over it that has authenticated the first.
     static func withAuthenticated(
-        cacheLifetime: Double, _ body: (PublisherAuthenticator, PublisherCredentials, DedicatedPostgres) async throws -> Void
+        lifetime: Double = PublisherDirectory.lifetime, reloadInterval: Double = PublisherDirectory.reloadInterval,
+        _ body: (PublisherAuthenticator, _ first: PublisherCredentials, _ second: PublisherCredentials, CatalogStore, DedicatedPostgres) async throws -> Void
     ) async throws {
         let postgres = try await DedicatedPostgres()
         let database = PostgresClient(url: postgres.url, connections: 2)
         try await TestEnvironment.using(database) {
             let catalog = CatalogStore(database: database)
-            let (publisher, credentials) = try await catalog.createPublisher(name: "Cached")
-            let authenticator = PublisherAuthenticator(catalog: catalog, customerTokens: nil, cacheLifetime: cacheLifetime)
-            #expect(try await Self.authenticate(authenticator, credentials)?.id == publisher.id)
-            try await body(authenticator, credentials, postgres)
+            let (publisher, first) = try await catalog.createPublisher(name: "First")
+            let (_, second) = try await catalog.createPublisher(name: "Second")
+            let authenticator = Self.authenticator(catalog, lifetime: lifetime, reloadInterval: reloadInterval)
+            #expect(try await Self.authenticate(authenticator, first)?.id == publisher.id)
+            try await body(authenticator, first, second, catalog, postgres)
         }
+    }
+
+    static func authenticator(_ catalog: CatalogStore, lifetime: Double = PublisherDirectory.lifetime, reloadInterval: Double = PublisherDirectory.reloadInterval) -> PublisherAuthenticator {
+        let directory = PublisherDirectory(catalog: catalog, logger: Logger(label: "test"), lifetime: lifetime, reloadInterval: reloadInterval)
+        return PublisherAuthenticator(directory: directory, customerTokens: nil)
     }
 
     static func authenticate(_ authenticator: PublisherAuthenticator, _ credentials: PublisherCredentials, token: String? = nil) async throws -> Publisher? {
         try await authenticator.authenticate(token: token ?? credentials.publisherToken, username: credentials.username, password: credentials.password)
     }
 
-    @Test("a token that names no publisher is remembered for the cache's lifetime, like one that does: no database round trip per request")
-    func unknownTokenRemembered() async throws {
-        // A lifetime no test run reaches, so nothing depends on timing.
-        try await Self.withAuthenticated(cacheLifetime: 3600) { authenticator, credentials, postgres in
-            #expect(try await Self.authenticate(authenticator, credentials, token: "rotated-away") == nil)
-            // PostgreSQL is gone: both answers still come from the cache.
+    @Test("a flood of tokens that name no publisher costs at most one reload per interval, and pushes no publisher out of memory")
+    func unknownTokensFlood() async throws {
+        let interval = 0.5
+        try await Self.withAuthenticated(reloadInterval: interval) { authenticator, first, second, _, postgres in
+            let before = authenticator.directory.reloads
+            let started = ContinuousClock.now
+            let refused = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for n in 0..<2_000 {
+                    group.addTask { try await Self.authenticate(authenticator, first, token: "made-up-\(n)") == nil }
+                }
+                return try await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+            }
+            let elapsed = (ContinuousClock.now - started) / .seconds(1)
+            #expect(refused == 2_000)
+            // One reload may begin at once, then at most one per interval.
+            #expect(authenticator.directory.reloads - before <= 1 + Int(elapsed / interval), "\(elapsed) s")
+            // PostgreSQL is gone: both publishers still come from memory, the second never authenticated here before.
             try await postgres.stop()
-            #expect(try await Self.authenticate(authenticator, credentials) != nil)
-            #expect(try await Self.authenticate(authenticator, credentials, token: "rotated-away") == nil)
+            #expect(try await Self.authenticate(authenticator, first) != nil)
+            #expect(try await Self.authenticate(authenticator, second) != nil)
         }
     }
 
-    @Test("while PostgreSQL is away, a publisher looked up a moment ago still authenticates, past the cache's lifetime")
-    func staleWhileDatabaseAway() async throws {
-        // Every entry is past its lifetime at once: only the stale time can answer.
-        try await Self.withAuthenticated(cacheLifetime: 0) { authenticator, credentials, postgres in
+    @Test("a publisher created elsewhere authenticates at once: a token the snapshot lacks waits for a newer one")
+    func createdElsewhere() async throws {
+        try await Self.withAuthenticated { authenticator, _, _, catalog, _ in
+            let (created, credentials) = try await catalog.createPublisher(name: "Created elsewhere")
+            #expect(try await Self.authenticate(authenticator, credentials)?.id == created.id)
+        }
+    }
+
+    @Test("the refresher applies a change made elsewhere within its lifetime")
+    func refresherAppliesChanges() async throws {
+        try await Self.withAuthenticated(lifetime: 0.05) { authenticator, first, _, catalog, _ in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await authenticator.directory.run() }
+                let publisher = try #require(try await Self.authenticate(authenticator, first))
+                _ = try await catalog.setPublisher(id: publisher.id, enabled: false)
+                _ = try await Poll.until(timeout: .seconds(10), "the disabled publisher refused") {
+                    try await Self.authenticate(authenticator, first) == nil ? true : nil
+                }
+                group.cancelAll()
+            }
+        }
+    }
+
+    @Test("while PostgreSQL is away, every publisher of the last snapshot authenticates past its lifetime; a token it lacks answers the outage")
+    func lastSnapshotWhileDatabaseAway() async throws {
+        // Every snapshot is past its lifetime at once.
+        try await Self.withAuthenticated(lifetime: 0) { authenticator, first, second, _, postgres in
             try await postgres.stop()
-            #expect(try await Self.authenticate(authenticator, credentials) != nil)
-            // A token never looked up still needs PostgreSQL.
-            await #expect(throws: PostgresError.self) { try await Self.authenticate(authenticator, credentials, token: "never-seen") }
+            #expect(try await Self.authenticate(authenticator, first) != nil)
+            #expect(try await Self.authenticate(authenticator, second) != nil)
+            await #expect(throws: PostgresError.self) { try await Self.authenticate(authenticator, first, token: "never-seen") }
+        }
+    }
+
+    @Test("with nothing loaded yet and PostgreSQL away, authentication answers the outage")
+    func nothingLoadedWhileDatabaseAway() async throws {
+        try await Self.withAuthenticated { _, first, _, catalog, postgres in
+            try await postgres.stop()
+            let fresh = Self.authenticator(catalog)
+            await #expect(throws: PostgresError.self) { try await Self.authenticate(fresh, first) }
         }
     }
 }
