@@ -47,7 +47,6 @@ struct JSONRPCController {
         guard let (publisher, identity) = try await self.services.authenticator.authenticate(customerToken: token) else {
             throw APIError.unauthorized
         }
-        try await self.services.rateLimiter.admit(publisher, logger: context.logger)
         let view = try await self.access.access(publisherId: publisher.id, customerEmail: identity.customerEmail, offerId: offerId, offerField: "params.offerId")
         return JSONBody.response(
             .ok, Answer(result: .init(accessGranted: view.accessGranted, expiresAt: view.expiresAt)),

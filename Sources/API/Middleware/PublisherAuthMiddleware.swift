@@ -6,14 +6,14 @@ import Shared
 /// Authenticates a publisher by both of its credentials: `X-Publisher-Token` and HTTP Basic, then takes
 /// one token of its rate limit (429 with `Retry-After` when the bucket is empty).
 ///
-/// The token's hash finds the publisher (a cache avoids a database round trip on most requests); the
-/// Basic password's hash is compared in constant time. Any failure is the same 401, so a caller cannot
-/// tell which credential was wrong.
+/// The token's hash finds the publisher (in memory, ``PublisherDirectory``); the Basic password's hash is
+/// compared in constant time. Any failure is the same 401, so a caller cannot tell which credential was wrong.
 ///
 /// Where ``acceptsCustomerTokens`` is set (the access status), an app may instead present
 /// `Authorization: Bearer <customerToken>`: the request then acts for the token's publisher and may only
 /// ask about the token's customer. A customer token sent along with another publisher's
-/// `X-Publisher-Token` is refused.
+/// `X-Publisher-Token` is refused. Such an app request is not a publisher route's: it takes nothing from
+/// the publisher's rate limit, so one app polling hard cannot lock its publisher out.
 struct PublisherAuthMiddleware: RouterMiddleware {
     typealias Context = TollgateRequestContext
 
@@ -38,9 +38,9 @@ struct PublisherAuthMiddleware: RouterMiddleware {
             guard let token = request.headers[.publisherToken], !token.isEmpty, let basic = Credentials.basic(authorization),
                 let found = try await self.authenticator.authenticate(token: token, username: basic.username, password: basic.password)
             else { throw APIError.unauthorized }
+            try await self.rateLimiter.admit(found, logger: context.logger)
             publisher = found
         }
-        try await self.rateLimiter.admit(publisher, logger: context.logger)
         context.publisher = publisher
         context.logger[metadataKey: "publisher"] = "\(publisher.id.lowercasedString)"
         return try await next(request, context)

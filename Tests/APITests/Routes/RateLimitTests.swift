@@ -46,6 +46,24 @@ struct RateLimitTests {
         }
     }
 
+    @Test("app routes (customer tokens) do not spend their publisher's allowance")
+    func appRoutesNotCharged() async throws {
+        var options = CustomerTokenTests.options
+        options.extra["TOLLGATE_RATE_LIMIT_PER_S"] = "1"
+        options.extra["TOLLGATE_RATE_LIMIT_BURST"] = "2"
+        try await APIHarness.withAPI(options) { api in
+            let tenant = try await api.provisionTenant()
+            // A publisher route: one of the two tokens.
+            let (token, _) = try await CustomerTokenTests.token(api, tenant, email: "app@example.com")
+            for _ in 0..<10 {
+                #expect(try await CustomerTokenTests.bearerAccess(api, token).status == .ok)
+                #expect(try await CustomerTokenTests.rpc(api, token).status == .ok)
+            }
+            // The publisher still has the token the app requests did not take.
+            #expect(try await api.get(tenant, "/v1/customers/a%40example.com/wallet").status == .ok)
+        }
+    }
+
     @Test("0 for either the rate or the burst turns the limit off", arguments: [("0", "1"), ("1", "0")])
     func off(perSecond: String, burst: String) async throws {
         var options = APIHarness.Options()
