@@ -73,7 +73,10 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     )
     // Past the grace period the jobs still in flight are cancelled and parked for peers to take at once.
     groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownGraceSeconds)
-    groupConfiguration.maximumCancellationDuration = .seconds(5)
+    // Then at most 5 s for the cancelled jobs to park: past that the worker exits 1 (the service group's own
+    // bound would trap instead).
+    let deadline = ShutdownDeadline(seconds: configuration.shutdownGraceSeconds + 5, logger: logger)
+    defer { deadline.cancel() }
     logger.info("worker started", metadata: [
         "concurrency": "\(configuration.workerConcurrency)", "database_connections": "\(configuration.workerDatabasePoolSize)",
     ])

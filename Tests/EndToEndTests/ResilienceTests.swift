@@ -88,6 +88,33 @@ struct ResilienceTests {
         }
     }
 
+    @Test("a worker whose cut-off jobs cannot be parked (Redis stopped answering) exits 1 five seconds after the grace period, saying why")
+    func stuckShutdownExits() async throws {
+        let redis = try await DedicatedRedis()
+        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_SHUTDOWN_GRACE_S": "1"], redisURL: redis.url)
+        do {
+            let worker = try await system.startWorker(name: "e2e-stuck")
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            let jobs = try await Self.submitCoins(system, publisher, count: 3, emailPrefix: "s", extra: ["latencyMs": 120_000])
+            _ = try await Poll.until(timeout: .seconds(30), "every job started") {
+                for job in jobs where try await system.job(publisher, job)["attempts"] as? Int != 1 { return nil as Bool? }
+                return true
+            }
+            // Parking a cancelled job now waits for Redis' reply until the client's own timeout (10 s).
+            redis.pause()
+            worker.signal(SIGTERM)
+            let status = try await worker.waitForExit(timeout: .seconds(30))
+            redis.resume()
+            #expect(status == 1, "a plain exit, not a trap: \(worker.logTail())")
+            #expect(worker.log().contains("did not stop within 6 s of the signal"))
+        } catch {
+            redis.resume()
+            await system.shutdown()
+            throw error
+        }
+        await system.shutdown()
+    }
+
     @Test("a worker whose metrics port is taken exits 1 at once, naming the error; what it held is granted once by a peer")
     func metricsPortTaken() async throws {
         try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in

@@ -42,6 +42,16 @@ public final class DedicatedRedis: @unchecked Sendable {
         self.server = nil
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open and nothing answers, as from a stalled host.
+    public func pause() {
+        self.server?.signal(SIGSTOP)
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    public func resume() {
+        self.server?.signal(SIGCONT)
+    }
+
     deinit {
         self.server?.signal(SIGKILL)
     }
