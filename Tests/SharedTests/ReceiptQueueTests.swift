@@ -383,6 +383,9 @@ struct ReceiptQueueTests {
             #expect(again.map(\.jobId) == [dueJob.jobId])
             let outcome = try await harness.queue.start(try #require(again.first), now: WallClock.nowMilliseconds(), maxStarts: 100)
             #expect(outcome == .ready(dueJob, attempt: 2, acceptedAtMilliseconds: dueJob.acceptedAtMilliseconds))
+            // Processing again: the last attempt's reason and due time belong to `retrying`, not to this status.
+            let record = try #require(try await harness.queue.record(jobId: dueJob.jobId))
+            #expect(record.status == .processing && record.reason == nil && record.nextAttemptAtMilliseconds == nil)
         }
     }
 

@@ -71,7 +71,7 @@ enum QueueScripts {
         local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
         redis.call('HSET', KEYS[1], 'status', 'processing', 'updatedAt', ARGV[1])
         redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
-        redis.call('HDEL', KEYS[1], 'nextAttemptAt')
+        redis.call('HDEL', KEYS[1], 'nextAttemptAt', 'reason')
         local verdict = 'ready'
         if attempts > tonumber(ARGV[2]) then verdict = 'poison' end
         return {verdict, attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt')}
