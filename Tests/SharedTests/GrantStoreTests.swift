@@ -104,11 +104,16 @@ struct GrantStoreTests {
             await #expect(throws: CatalogError.unknownPublisher) {
                 _ = try await world.catalog.createApp(publisherId: UUID(), bundleId: "x", sharedSecret: nil, allowSandbox: false)
             }
-            await #expect(throws: CatalogError.unknownApp) {
-                _ = try await world.catalog.createProduct(ProductDraft(
-                    publisherId: world.publisher.id, bundleId: "com.unknown", productId: "p", offerId: nil, kind: .nonConsumable,
-                    title: "t", description: nil, coins: nil, durationDays: nil, enabled: true
-                ))
+            // A product of an app not registered yet creates the app; registering it then sets its settings, once.
+            let early = try await world.catalog.createProduct(ProductDraft(
+                publisherId: world.publisher.id, bundleId: "com.example.later", productId: "p", offerId: nil, kind: .nonConsumable,
+                title: "t", description: nil, coins: nil, durationDays: nil, enabled: true
+            ))
+            let registered = try await world.catalog.createApp(publisherId: world.publisher.id, bundleId: "com.example.later", sharedSecret: "s", allowSandbox: false)
+            #expect(registered.id == early.appId)
+            #expect(try await world.catalog.apps(publisherId: world.publisher.id).last == registered)
+            await #expect(throws: CatalogError.conflict("bundleId")) {
+                _ = try await world.catalog.createApp(publisherId: world.publisher.id, bundleId: "com.example.later", sharedSecret: nil, allowSandbox: true)
             }
             let disabled = try await world.catalog.updateProduct(id: world.coins.id, ProductPatch(enabled: false))
             #expect(disabled.enabled == false)

@@ -183,8 +183,6 @@ struct AdminController {
             return JSONBody.response(.created, ProductView(product))
         } catch CatalogError.unknownPublisher {
             throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")
-        } catch CatalogError.unknownApp {
-            throw APIError.invalid("bundleId", code: "unknown_app", "the publisher has no app with this bundleId")
         } catch CatalogError.conflict(let field) {
             throw APIError(.conflict, code: "conflict", "the app already has a product with this \(field)", field: field)
         }

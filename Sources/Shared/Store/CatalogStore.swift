@@ -93,16 +93,19 @@ public struct CatalogStore: Sendable {
     /// Adds an app to a publisher.
     public func createApp(publisherId: UUID, bundleId: String, sharedSecret: String?, allowSandbox: Bool) async throws -> App {
         guard try await self.publisherExists(publisherId) else { throw CatalogError.unknownPublisher }
-        let app = App(id: UUID(), publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret, allowSandbox: allowSandbox)
-        do {
-            try await self.database.query(
-                "INSERT INTO apps (id, publisher_id, bundle_id, shared_secret, allow_sandbox) VALUES ($1, $2, $3, $4, $5)",
-                [app.id, publisherId, bundleId, sharedSecret, allowSandbox]
-            )
-        } catch let error as PostgresError where error.isUniqueViolation {
-            throw CatalogError.conflict("bundleId")
-        }
-        return app
+        // An app a product created before it was registered takes these settings; a registered one is a conflict.
+        let row = try await self.database.query(
+            """
+            INSERT INTO apps (id, publisher_id, bundle_id, shared_secret, allow_sandbox) VALUES ($1, $2, $3, $4, $5)
+            ON CONFLICT (publisher_id, bundle_id) DO UPDATE
+                SET shared_secret = EXCLUDED.shared_secret, allow_sandbox = EXCLUDED.allow_sandbox, registered = true
+                WHERE NOT apps.registered
+            RETURNING id
+            """,
+            [UUID(), publisherId, bundleId, sharedSecret, allowSandbox]
+        ).first
+        guard let row else { throw CatalogError.conflict("bundleId") }
+        return App(id: try row.decode(UUID.self, "id"), publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret, allowSandbox: allowSandbox)
     }
 
     /// A publisher's apps.
@@ -121,27 +124,34 @@ public struct CatalogStore: Sendable {
         p.coins, p.duration_days, p.enabled, p.created_at, p.updated_at
         """
 
-    /// Adds a product to one of a publisher's apps.
+    /// Adds a product to one of a publisher's apps, creating the app (unregistered: no shared secret, sandbox
+    /// allowed) when the publisher has none with that bundle id yet, in the same transaction.
     public func createProduct(_ draft: ProductDraft) async throws -> Product {
         guard try await self.publisherExists(draft.publisherId) else { throw CatalogError.unknownPublisher }
-        let id = UUID()
         do {
-            let result = try await self.database.query(
-                """
-                WITH inserted AS (
-                    INSERT INTO products (id, publisher_id, app_id, product_id, offer_id, kind, title, description, coins, duration_days, enabled)
-                    SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11 FROM apps a WHERE a.publisher_id = $2 AND a.bundle_id = $3
-                    RETURNING *
+            return try await self.database.withTransaction { session in
+                try await session.query(
+                    "INSERT INTO apps (id, publisher_id, bundle_id, registered) VALUES ($1, $2, $3, false) ON CONFLICT (publisher_id, bundle_id) DO NOTHING",
+                    [UUID(), draft.publisherId, draft.bundleId]
                 )
-                SELECT \(Self.productColumns) FROM inserted p JOIN apps a ON a.id = p.app_id
-                """,
-                [
-                    id, draft.publisherId, draft.bundleId, draft.productId, draft.offerId, draft.kind.rawValue, draft.title,
-                    draft.description, draft.coins, draft.durationDays, draft.enabled,
-                ]
-            )
-            guard let row = result.first else { throw CatalogError.unknownApp }
-            return try Self.product(row)
+                let result = try await session.query(
+                    """
+                    WITH inserted AS (
+                        INSERT INTO products (id, publisher_id, app_id, product_id, offer_id, kind, title, description, coins, duration_days, enabled)
+                        SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11 FROM apps a WHERE a.publisher_id = $2 AND a.bundle_id = $3
+                        RETURNING *
+                    )
+                    SELECT \(Self.productColumns) FROM inserted p JOIN apps a ON a.id = p.app_id
+                    """,
+                    [
+                        UUID(), draft.publisherId, draft.bundleId, draft.productId, draft.offerId, draft.kind.rawValue, draft.title,
+                        draft.description, draft.coins, draft.durationDays, draft.enabled,
+                    ]
+                )
+                // The app exists by now, and catalog rows are never deleted: there is always a row.
+                guard let row = result.first else { throw CatalogError.unknownPublisher }
+                return try Self.product(row)
+            }
         } catch let error as PostgresError where error.isUniqueViolation {
             throw CatalogError.conflict(error.message.contains("offer") ? "offerId" : "productId")
         }

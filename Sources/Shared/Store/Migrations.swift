@@ -171,5 +171,10 @@ public enum Migrations {
             -- this migration have none and use the product's.
             ALTER TABLE transactions ADD COLUMN duration_days integer;
             """),
+        Migration(version: 6, name: "an app a product names before it is registered", sql: """
+            -- POST /admin/v1/products names its app by bundleId; one not registered yet is created with it,
+            -- without a shared secret (registered false). Registering it afterwards fills in its settings.
+            ALTER TABLE apps ADD COLUMN registered boolean NOT NULL DEFAULT true;
+            """),
     ]
 }

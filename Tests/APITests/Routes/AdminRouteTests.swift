@@ -233,7 +233,31 @@ struct AdminRouteTests {
         }
     }
 
-    @Test("product validation: kind, coins, durationDays, identifiers, publisher and app")
+    @Test("a product of an app not registered yet creates the app; registering it then answers 201 with that app, a second time 409")
+    func productBeforeApp() async throws {
+        try await APIHarness.withAPI { api in
+            let publisher = try await api.admin(.post, "/admin/v1/publishers", json: ["name": "P"]).json()
+            let publisherId = try #require(publisher["id"] as? String)
+            let product = try await api.admin(.post, "/admin/v1/products", json: Self.product(publisherId, ["productId": "coins_100", "kind": "consumable", "coins": 100]))
+            #expect(product.status == .created, "\(product.text)")
+            #expect(try product.json()["offerId"] as? String == "coins_100")
+
+            let app = try await api.admin(.post, "/admin/v1/publishers/\(publisherId)/apps", json: ["bundleId": "com.example.app", "sharedSecret": "later-secret", "allowSandbox": false])
+            #expect(app.status == .created, "\(app.text)")
+            #expect(try app.json()["allowSandbox"] as? Bool == false)
+            let stored = try #require(try await api.services.database.query(
+                "SELECT a.id::text AS id, a.shared_secret, a.allow_sandbox FROM apps a JOIN products p ON p.app_id = a.id WHERE p.product_id = 'coins_100'"
+            ).first)
+            #expect(try stored.decode(String.self, "id") == (try app.json()["id"] as? String))
+            #expect(try stored.decode(String?.self, "shared_secret") == "later-secret")
+            #expect(try stored.decode(Bool.self, "allow_sandbox") == false)
+            expectError(
+                try await api.admin(.post, "/admin/v1/publishers/\(publisherId)/apps", json: ["bundleId": "com.example.app"]), .conflict, code: "conflict", field: "bundleId"
+            )
+        }
+    }
+
+    @Test("product validation: kind, coins, durationDays, identifiers and publisher")
     func createProductInvalid() async throws {
         try await APIHarness.withAPI { api in
             let publisherId = try await Self.publisherWithApp(api)
@@ -256,7 +280,6 @@ struct AdminRouteTests {
                 (["productId": "x", "offerId": "has space", "kind": "non_consumable"], .unprocessableContent, "invalid_offer_id", "offerId"),
                 // offerId defaults to productId, which may be longer than an offer id can be.
                 (["productId": String(repeating: "p", count: 129), "kind": "non_consumable"], .unprocessableContent, "invalid_offer_id", "offerId"),
-                (["productId": "x", "kind": "non_consumable", "bundleId": "com.example.unknown"], .unprocessableContent, "unknown_app", "bundleId"),
                 (["productId": "x", "kind": "non_consumable", "publisherId": UUID().uuidString], .unprocessableContent, "unknown_publisher", "publisherId"),
                 (["productId": "x", "kind": "non_consumable", "title": ""], .badRequest, "missing_field", "title"),
             ]
