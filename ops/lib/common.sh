@@ -257,16 +257,20 @@ tg_pids_matching() {
   return 0
 }
 
-# Pids of the live (non-zombie) processes in process group PGID.
-tg_group_pids() {
-  local pgid="$1" stat_file stat rest state ppid pgrp
+# Pids of the live (non-zombie) members of a process group (KIND "group") or a session (KIND
+# "session") ID. A tree started with `setsid` is one session whatever process groups its members make
+# (Foundation's Process puts each child in a group of its own, so the API, worker, emulator and Redis
+# servers the tests start are not in the tests' process group); `timeout` makes a group of its own.
+tg_member_pids() {
+  local kind="$1" id="$2" stat_file stat rest state ppid pgrp session
   for stat_file in /proc/[0-9]*/stat; do
     stat="$( { cat "$stat_file"; } 2>/dev/null || true)"
     [[ -n "$stat" ]] || continue
     rest="${stat##*) }"
-    read -r state ppid pgrp _ <<<"$rest"
+    read -r state ppid pgrp session _ <<<"$rest"
     : "$ppid"
-    if [[ "$pgrp" == "$pgid" && "$state" != "Z" ]]; then
+    [[ "$state" != "Z" ]] || continue
+    if [[ ( "$kind" == group && "$pgrp" == "$id" ) || ( "$kind" == session && "$session" == "$id" ) ]]; then
       stat_file="${stat_file#/proc/}"
       printf '%s\n' "${stat_file%/stat}"
     fi
@@ -274,37 +278,40 @@ tg_group_pids() {
   return 0
 }
 
-# True while process group PGID has a live member.
-tg_group_alive() {
-  [[ -n "$(tg_group_pids "$1")" ]]
-}
-
-# Wait up to SECONDS for process group PGID to empty.
-tg_wait_group_gone() {
-  local pgid="$1" seconds="$2" deadline
+# Wait up to SECONDS for the group or session (KIND ID) to empty.
+tg_wait_members_gone() {
+  local kind="$1" id="$2" seconds="$3" deadline
   deadline=$(( $(tg_now) + seconds ))
-  while tg_group_alive "$pgid"; do
+  while [[ -n "$(tg_member_pids "$kind" "$id")" ]]; do
     (( $(tg_now) >= deadline )) && return 1
     sleep 0.2
   done
   return 0
 }
 
-# Send SIGNAL to process group PGID and wait up to SECONDS; then SIGTERM
+# Send SIGNAL to every member of the group or session (KIND ID).
+tg_signal_members() {
+  local kind="$1" id="$2" signal="$3" pids
+  pids="$(tg_member_pids "$kind" "$id")"
+  # shellcheck disable=SC2086 # one pid per word
+  [[ -z "$pids" ]] || kill "-$signal" $pids 2>/dev/null || true
+}
+
+# Send SIGNAL to every member of the group or session (KIND ID) and wait up to SECONDS; then SIGTERM
 # (10 s more) when SIGNAL was something else, then SIGKILL.
-tg_stop_group() {
-  local pgid="$1" signal="${2:-TERM}" seconds="${3:-30}"
-  tg_group_alive "$pgid" || return 0
-  kill "-$signal" -- "-$pgid" 2>/dev/null || true
-  tg_wait_group_gone "$pgid" "$seconds" && return 0
+tg_stop_members() {
+  local kind="$1" id="$2" signal="${3:-TERM}" seconds="${4:-30}"
+  [[ -n "$(tg_member_pids "$kind" "$id")" ]] || return 0
+  tg_signal_members "$kind" "$id" "$signal"
+  tg_wait_members_gone "$kind" "$id" "$seconds" && return 0
   if [[ "$signal" != "TERM" ]]; then
-    tg_warn "process group $pgid still alive ${seconds}s after SIG$signal; sending SIGTERM"
-    kill -TERM -- "-$pgid" 2>/dev/null || true
-    tg_wait_group_gone "$pgid" 10 && return 0
+    tg_warn "$kind $id still alive ${seconds}s after SIG$signal; sending SIGTERM"
+    tg_signal_members "$kind" "$id" TERM
+    tg_wait_members_gone "$kind" "$id" 10 && return 0
   fi
-  tg_warn "process group $pgid still alive; sending SIGKILL"
-  kill -KILL -- "-$pgid" 2>/dev/null || true
-  tg_wait_group_gone "$pgid" 5 || tg_warn "process group $pgid survived SIGKILL"
+  tg_warn "$kind $id still alive; sending SIGKILL"
+  tg_signal_members "$kind" "$id" KILL
+  tg_wait_members_gone "$kind" "$id" 5 || tg_warn "$kind $id survived SIGKILL"
 }
 
 # SIGTERM, then SIGKILL, every process whose command line contains TEXT.
