@@ -31,6 +31,21 @@ struct ResilienceTests {
         return jobs
     }
 
+    /// Starts a worker, submits `count` coin purchases that Apple answers after `latencyMs`, and returns once
+    /// the worker has started every one of them.
+    static func jobsInFlight(
+        _ system: TollgateSystem, worker name: String, count: Int, emailPrefix: String, latencyMs: Int
+    ) async throws -> (ManagedProcess, TollgateSystem.Publisher, [String]) {
+        let worker = try await system.startWorker(name: name)
+        let publisher = try await system.createPublisher(products: [Self.coins])
+        let jobs = try await Self.submitCoins(system, publisher, count: count, emailPrefix: emailPrefix, extra: ["latencyMs": latencyMs])
+        _ = try await Poll.until(timeout: .seconds(30), "every job started") {
+            for job in jobs where try await system.job(publisher, job)["attempts"] as? Int != 1 { return nil as Bool? }
+            return true
+        }
+        return (worker, publisher, jobs)
+    }
+
     static func with(_ environment: [String: String] = [:], _ body: (TollgateSystem) async throws -> Void) async throws {
         let system = try await TollgateSystem(extraEnvironment: environment)
         do {
@@ -71,13 +86,7 @@ struct ResilienceTests {
     func cutOffTakenAtOnce() async throws {
         // A claim idle time far longer than the test's deadline: only parking the cut jobs can meet it.
         try await Self.with(["TOLLGATE_SHUTDOWN_GRACE_S": "1", "TOLLGATE_CLAIM_MIN_IDLE_MS": "300000"]) { system in
-            let worker = try await system.startWorker(name: "e2e-cut")
-            let publisher = try await system.createPublisher(products: [Self.coins])
-            let jobs = try await Self.submitCoins(system, publisher, count: 5, emailPrefix: "c", extra: ["latencyMs": 4000])
-            _ = try await Poll.until(timeout: .seconds(30), "every job started") {
-                for job in jobs where try await system.job(publisher, job)["attempts"] as? Int != 1 { return nil as Bool? }
-                return true
-            }
+            let (worker, publisher, jobs) = try await Self.jobsInFlight(system, worker: "e2e-cut", count: 5, emailPrefix: "c", latencyMs: 4000)
             worker.signal(SIGTERM)
             #expect(try await worker.waitForExit(timeout: .seconds(30)) == 0)
             #expect(worker.log().contains("parked for another worker at once"))
@@ -93,13 +102,7 @@ struct ResilienceTests {
         let redis = try await DedicatedRedis()
         let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_SHUTDOWN_GRACE_S": "1"], redisURL: redis.url)
         do {
-            let worker = try await system.startWorker(name: "e2e-stuck")
-            let publisher = try await system.createPublisher(products: [Self.coins])
-            let jobs = try await Self.submitCoins(system, publisher, count: 3, emailPrefix: "s", extra: ["latencyMs": 120_000])
-            _ = try await Poll.until(timeout: .seconds(30), "every job started") {
-                for job in jobs where try await system.job(publisher, job)["attempts"] as? Int != 1 { return nil as Bool? }
-                return true
-            }
+            let (worker, _, _) = try await Self.jobsInFlight(system, worker: "e2e-stuck", count: 3, emailPrefix: "s", latencyMs: 120_000)
             // Parking a cancelled job now waits for Redis' reply until the client's own timeout (10 s).
             redis.pause()
             worker.signal(SIGTERM)
