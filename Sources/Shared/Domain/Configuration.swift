@@ -208,11 +208,12 @@ struct EnvironmentReader {
     }
 
     /// A secret: any value is accepted (CONTRACT.md sets no length), one shorter than `recommendedLength`
-    /// with a warning that names the variable, never the value; but the deployment examples' `CHANGE-ME`
-    /// placeholder is refused, so an example copied as it is cannot run with a token anyone can read.
+    /// with a warning that names the variable, never the value. The one exception is the deployment
+    /// examples' placeholder, exactly `CHANGE-ME` as they spell it, so an example copied as it is cannot
+    /// run with a token anyone can read; any other text (`changeme`, `change-me`) is a token like another.
     func optionalSecret(_ name: String, recommendedLength: Int, warnings: inout [String]) throws -> String? {
         guard let text = self.raw(name) else { return nil }
-        if ["change-me", "changeme"].contains(text.lowercased()) {
+        if text == "CHANGE-ME" {
             throw ConfigurationError(variable: name, "is still the example's placeholder; set a long random value")
         }
         if text.utf8.count < recommendedLength {
