@@ -125,6 +125,12 @@ struct JobProcessor: Sendable {
                     // policy's attempts or age first, the answer was never believed: failed, to be requeued.
                     switch allowed ? exhausted : .failed(reason) {
                     case .rejected(let final):
+                        guard self.fulfiller.apple.health.verifiedReceipt(since: now - self.believedWindow) else {
+                            // Apple verified no other receipt meanwhile: an incident, not this receipt. The job
+                            // goes on as Apple being unavailable, within the policy, and ends `failed` (requeueable).
+                            try await self.retryDuringIncident(delivery, job: job, dueAt: repeatDue, reason: reason, detail: detail, now: now, logger: logger)
+                            return
+                        }
                         try await self.finishRejected(delivery, job: job, reason: final, environment: nil, expiresAt: nil, now: now, logger: logger)
                     case .failed(let final):
                         try await self.deadLetter(delivery, job: job, reason: final, detail: detail, now: now, logger: logger)
@@ -135,6 +141,21 @@ struct JobProcessor: Sendable {
             // Not acknowledged: the entry stays pending and is replayed; the grant, if any, is already durable.
             logger.warning("cannot record outcome", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// How recently Apple must have verified another receipt for an answer believed only when it comes
+    /// again (21002) to be believed: a minute, or the least delay between its tries if that is longer.
+    private var believedWindow: Int { max(self.retry.limitedAnswerDelay, 60_000) }
+
+    /// Parks a job whose limited answer came again while Apple verified no other receipt (an incident).
+    private func retryDuringIncident(
+        _ delivery: QueueDelivery, job: ReceiptJob, dueAt: Int, reason: JobReason, detail: String, now: Int, logger: Logger
+    ) async throws {
+        let parked = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: dueAt, reason: reason, now: now)
+        WorkerMetrics.job(status: .retrying, reason: reason)
+        logger.warning("retrying: Apple gave this answer again but verified no other receipt lately, so it is taken for an incident", metadata: [
+            "reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(max(0, (parked ?? now) - now))",
+        ])
     }
 
     /// Cut off by a shutdown: the failure may be the cut itself, not Apple or the database, so it is not

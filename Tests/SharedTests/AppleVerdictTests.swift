@@ -33,7 +33,7 @@ struct AppleVerdictTests {
         }
     }
 
-    static func classify(_ status: Int, isRetryable: Bool = false) -> AppleVerdict {
+    static func classify(_ status: Int, isRetryable: Bool? = nil) -> AppleVerdict {
         AppleVerdict.classify(AppleAnswer(status: status, isRetryable: isRetryable))
     }
 
@@ -56,11 +56,18 @@ struct AppleVerdictTests {
         #expect(Self.classify(status) == .askProduction)
     }
 
-    @Test("21000, 21003, 21010 reject as invalid_receipt", arguments: [21000, 21003, 21010])
+    @Test("21003, 21010 reject as invalid_receipt", arguments: [21003, 21010])
     func invalidReceipt(status: Int) {
         let verdict = Self.classify(status)
         #expect(Self.shape(verdict) == .reject(.invalidReceipt))
         #expect(Self.detail(verdict)?.contains(String(status)) == true)
+    }
+
+    @Test("21000 blames the request, not the receipt: it fails at once as internal, to be requeued", arguments: [21000])
+    func requestNotRead(status: Int) {
+        let verdict = Self.classify(status)
+        #expect(Self.shape(verdict) == .fail(.internal))
+        #expect(verdict.appleStatus == 21000)
     }
 
     @Test("21002 retries at most 3 attempts, then rejects as invalid_receipt", arguments: [21002])
@@ -85,12 +92,12 @@ struct AppleVerdictTests {
     }
 
     @Test(
-        "21100-21199 retry when is-retryable, else fail as apple_unavailable",
-        arguments: [21100, 21101, 21150, 21199], [true, false]
+        "21100-21199 retry unless is-retryable says not to (absent, Apple's \"try again later\" holds), then fail as apple_unavailable",
+        arguments: [21100, 21101, 21150, 21199], [true, false, nil]
     )
-    func internalDataAccessErrors(status: Int, isRetryable: Bool) {
+    func internalDataAccessErrors(status: Int, isRetryable: Bool?) {
         let verdict = Self.classify(status, isRetryable: isRetryable)
-        if isRetryable {
+        if isRetryable != false {
             #expect(Self.shape(verdict) == .retry(attemptLimit: nil, exhausted: .failed(.appleUnavailable)))
         } else {
             #expect(Self.shape(verdict) == .fail(.appleUnavailable))
@@ -108,7 +115,7 @@ struct AppleVerdictTests {
     )
     func unknownStatus(status: Int) {
         // is-retryable only matters inside 21100-21199.
-        for isRetryable in [false, true] {
+        for isRetryable: Bool? in [false, true, nil] {
             let verdict = Self.classify(status, isRetryable: isRetryable)
             #expect(Self.shape(verdict) == .retry(attemptLimit: 5, exhausted: .failed(.appleUnavailable)))
             #expect(Self.detail(verdict)?.contains(String(status)) == true)
@@ -123,5 +130,56 @@ struct AppleVerdictTests {
     func transportFailure(detail: String) {
         let verdict = AppleVerdict.transportFailure(detail)
         #expect(verdict == .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable)))
+    }
+
+    static func classify(body: String) -> AppleVerdict? {
+        Array(body.utf8).withUnsafeBytes { AppleVerdict.classify(body: $0) }
+    }
+
+    /// Apple's iOS 6-style answer to a transaction receipt (the fields at the top of `receipt`, `bid` for the
+    /// bundle, `latest_receipt_info` an object), as Apple documented it for those receipts.
+    static let iOS6Answer = """
+        {"receipt": {"original_purchase_date_pst": "2013-01-10 05:39:04 America/Los_Angeles", "purchase_date_ms": "1357825144000",
+          "original_transaction_id": "1000000061051565", "original_purchase_date_ms": "1357825144000", "transaction_id": "1000000061051565",
+          "quantity": "1", "bvrs": "1.0", "item_id": "580190813", "product_id": "com.example.sub", "bid": "com.example.app",
+          "expires_date": "1357825444000", "purchase_date": "2013-01-10 13:39:04 Etc/GMT"},
+         "latest_receipt_info": {"transaction_id": "1000000061051566", "product_id": "com.example.sub", "bid": "com.example.app",
+          "expires_date": "1357825744000", "original_transaction_id": "1000000061051565"},
+         "latest_receipt": "ewoJInNpZ25hdHVyZSIgPSAi", "status": STATUS}
+        """
+
+    @Test("an answer whose status reads but whose rest does not is classified on its status alone, never as Apple being down")
+    func unreadableShape() throws {
+        // A status 0 Tollgate cannot check: failed at once for an operator (requeue after a fix), not hours of retries.
+        let valid = try #require(Self.classify(body: Self.iOS6Answer.replacingOccurrences(of: "STATUS", with: "0")))
+        #expect(Self.shape(valid) == .fail(.internal))
+        #expect(valid.appleStatus == 0)
+        #expect(Self.detail(valid)?.contains("iOS 6") == true)
+        // 21006 is Apple's word that the subscription expired, whatever shape the rest has.
+        let expired = try #require(Self.classify(body: Self.iOS6Answer.replacingOccurrences(of: "STATUS", with: "21006")))
+        #expect(Self.shape(expired) == .reject(.expired))
+        #expect(expired.appleStatus == 21006)
+        // Error statuses need nothing else: a broken receipt beside them changes nothing.
+        let secret = try #require(Self.classify(body: #"{"status": 21004, "receipt": "junk"}"#))
+        #expect(Self.shape(secret) == .fail(.sharedSecretMismatch))
+        let sandbox = try #require(Self.classify(body: #"{"status": "21007", "latest_receipt_info": {"a": 1}}"#))
+        #expect(sandbox == .askSandbox)
+        let busy = try #require(Self.classify(body: #"{"status": 21150, "receipt": 7}"#))
+        #expect(Self.shape(busy) == .retry(attemptLimit: nil, exhausted: .failed(.appleUnavailable)))
+        let refused = try #require(Self.classify(body: #"{"status": 21150, "is-retryable": 0, "receipt": 7}"#))
+        #expect(Self.shape(refused) == .fail(.appleUnavailable))
+    }
+
+    @Test("a body that is not verifyReceipt JSON (no object, no status) is not classified: the call failed", arguments: [
+        "", "<html>busy</html>", "[0]", #"{"receipt": {"bundle_id": "b"}}"#, #"{"status": "zero"}"#, #"{"status": 0"#,
+    ])
+    func notAnAnswer(body: String) {
+        #expect(Self.classify(body: body) == nil)
+    }
+
+    @Test("a well-formed answer is classified as the table says")
+    func readableBody() throws {
+        let verdict = try #require(Self.classify(body: #"{"status": 0, "receipt": {"bundle_id": "b", "in_app": []}}"#))
+        #expect(verdict == .valid(AppleAnswer(status: 0, receipt: AppleReceipt(bundleId: "b", inApp: []))))
     }
 }

@@ -11,13 +11,13 @@ public struct AppleAnswer: Sendable, Equatable {
     public var latestReceiptInfo: [AppleTransaction]
     /// `pending_renewal_info`.
     public var pendingRenewalInfo: [PendingRenewalInfo]
-    /// `is-retryable` (or `is_retryable`; both spellings exist) for statuses 21100-21199.
-    public var isRetryable: Bool
+    /// `is-retryable` (or `is_retryable`; both spellings exist) for statuses 21100-21199; `nil` when absent.
+    public var isRetryable: Bool?
 
     /// Creates an answer.
     public init(
         status: Int, environment: String? = nil, receipt: AppleReceipt? = nil, latestReceiptInfo: [AppleTransaction] = [],
-        pendingRenewalInfo: [PendingRenewalInfo] = [], isRetryable: Bool = false
+        pendingRenewalInfo: [PendingRenewalInfo] = [], isRetryable: Bool? = nil
     ) {
         self.status = status
         self.environment = environment
@@ -27,30 +27,30 @@ public struct AppleAnswer: Sendable, Equatable {
         self.isRetryable = isRetryable
     }
 
-    /// Reads a verifyReceipt answer, or `nil` when it is not one: not a JSON object, no status, or a
-    /// receipt, transaction or renewal that lacks what it must have or holds a field of the wrong kind.
-    /// Unknown fields are ignored.
-    public init?(json bytes: UnsafeRawBufferPointer) {
-        // Apple's answers nest four deep (answer, receipt, in_app, transaction); the limit bounds a hostile one.
-        guard let object = JSONValue.object(bytes, maxDepth: 32) else { return nil }
-        do {
-            try self.init(object: object)
-        } catch {
-            return nil
-        }
-    }
-
-    private init(object: [String: JSONValue]) throws(Lenient.Malformed) {
+    /// Reads a verifyReceipt answer's object (``AppleVerdict/classify(body:)`` parses it). Unknown fields
+    /// are ignored; numbers Apple sends as strings read either way. A `pending_renewal_info` entry that
+    /// cannot be read is left out (it only tells of a grace period); a receipt or transaction that cannot
+    /// be read fails the whole answer, since leaving one out could hide a refund.
+    init(object: [String: JSONValue]) throws(Lenient.Malformed) {
         let environment: String? = if case .string(let text)? = object["environment"] { text } else { nil }
         self.init(
-            status: Int(try Lenient.required(object, "status", Lenient.int)),
+            status: try Self.status(object),
             environment: environment,
             receipt: try object.present("receipt").map { value throws(Lenient.Malformed) in try AppleReceipt(json: value) },
             latestReceiptInfo: try Lenient.array(object, "latest_receipt_info", AppleTransaction.init(json:)),
-            pendingRenewalInfo: try Lenient.array(object, "pending_renewal_info", PendingRenewalInfo.init(json:)),
-            isRetryable: object.present("is-retryable").flatMap(Lenient.bool) ?? object.present("is_retryable").flatMap(Lenient.bool)
-                ?? false
+            pendingRenewalInfo: Lenient.readableElements(object, "pending_renewal_info", PendingRenewalInfo.init(json:)),
+            isRetryable: Self.retryableFlag(object)
         )
+    }
+
+    /// `status`, the one field every answer has.
+    static func status(_ object: [String: JSONValue]) throws(Lenient.Malformed) -> Int {
+        Int(try Lenient.required(object, "status", Lenient.int))
+    }
+
+    /// `is-retryable` or `is_retryable`, `nil` when neither is there.
+    static func retryableFlag(_ object: [String: JSONValue]) -> Bool? {
+        object.present("is-retryable").flatMap(Lenient.bool) ?? object.present("is_retryable").flatMap(Lenient.bool)
     }
 
     /// Every transaction the answer lists, `in_app` and `latest_receipt_info` together.

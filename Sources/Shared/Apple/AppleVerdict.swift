@@ -33,7 +33,7 @@ public enum AppleVerdict: Sendable, Equatable {
         case .reject(_, let detail), .fail(_, let detail), .retry(let detail, _, _):
             // classify(_:) writes "apple status N"; transport failures write something else.
             guard detail.hasPrefix(Self.statusDetailPrefix) else { return nil }
-            return Int(detail.dropFirst(Self.statusDetailPrefix.count))
+            return Int(detail.dropFirst(Self.statusDetailPrefix.count).prefix { $0.isNumber || $0 == "-" })
         }
     }
 
@@ -54,7 +54,12 @@ public enum AppleVerdict: Sendable, Equatable {
             return .askSandbox
         case 21008:
             return .askProduction
-        case 21000, 21003, 21010:
+        case 21000:
+            // "The request to the App Store was not made using the HTTP POST request method" (formerly "could
+            // not read the JSON object you provided"): it blames the request, not the receipt, so the job waits
+            // for an operator (a proxy or URL in the way) and can be requeued, instead of being refused for good.
+            return .fail(.internal, detail: detail)
+        case 21003, 21010:
             return .reject(.invalidReceipt, detail: detail)
         case 21002:
             // Apple has answered 21002 for good receipts during outages: a few tries before believing it.
@@ -66,11 +71,34 @@ public enum AppleVerdict: Sendable, Equatable {
         case 21006:
             return .expired(answer)
         case 21100...21199:
-            return answer.isRetryable
-                ? .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable))
-                : .fail(.appleUnavailable, detail: detail)
+            // "Internal data access error. Try again later": only an explicit `is-retryable: 0` says not to.
+            return answer.isRetryable == false
+                ? .fail(.appleUnavailable, detail: detail)
+                : .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable))
         default:
             return .retry(detail: detail, attemptLimit: Self.unknownStatusAttempts, exhausted: .failed(.appleUnavailable))
+        }
+    }
+
+    /// Classifies the body of an HTTP 200 answer, or `nil` when it is not verifyReceipt JSON (not an
+    /// object, or no status). An answer whose status reads but whose rest does not (Apple's iOS 6-style
+    /// answers: `receipt` without `bundle_id`, `latest_receipt_info` an object) is classified on its status
+    /// alone: an error status needs nothing else, 21006 is `expired` whatever the subscription, and a
+    /// status 0 that cannot be checked ends the job `failed` `internal` at once, for an operator, instead of
+    /// asking Apple again for hours as if it were down.
+    public static func classify(body bytes: UnsafeRawBufferPointer) -> AppleVerdict? {
+        // Apple's answers nest four deep (answer, receipt, in_app, transaction); the limit bounds a hostile one.
+        guard let object = JSONValue.object(bytes, maxDepth: 32) else { return nil }
+        if let answer = try? AppleAnswer(object: object) { return Self.classify(answer) }
+        guard let status = try? AppleAnswer.status(object) else { return nil }
+        let detail = "\(Self.statusDetailPrefix)\(status), in a shape Tollgate does not read (an iOS 6-style receipt?)"
+        switch status {
+        case 0:
+            return .fail(.internal, detail: detail)
+        case 21006:
+            return .reject(.expired, detail: detail)
+        default:
+            return Self.classify(AppleAnswer(status: status, isRetryable: AppleAnswer.retryableFlag(object)))
         }
     }
 

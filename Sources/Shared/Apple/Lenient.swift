@@ -68,4 +68,12 @@ enum Lenient {
         for element in elements { items.append(try read(element)) }
         return items
     }
+
+    /// An optional array's elements that read; the others, and an array that is not one, are left out.
+    static func readableElements<Element>(
+        _ object: [String: JSONValue], _ key: String, _ read: (JSONValue) throws(Malformed) -> Element
+    ) -> [Element] {
+        guard case .array(let elements)? = object.present(key) else { return [] }
+        return elements.compactMap { element in try? read(element) }
+    }
 }
