@@ -109,6 +109,9 @@ struct ConfigurationTests {
             ("TOLLGATE_APPLE_TIMEOUT_MS", "0"),
             ("TOLLGATE_RETRY_MAX_ATTEMPTS", "many"),
             ("TOLLGATE_QUEUE_PREFIX", "has space"),
+            ("TOLLGATE_QUEUE_PREFIX", "tab\there"),
+            ("TOLLGATE_QUEUE_PREFIX", "a{b}"),
+            ("TOLLGATE_QUEUE_PREFIX", String(repeating: "p", count: 257)),
             ("TOLLGATE_DATABASE_POOL_SIZE", "0"),
             ("TOLLGATE_DATABASE_POOL_SIZE", "sixteen"),
             ("TOLLGATE_ADMIN_TOKEN", "CHANGE-ME"),
@@ -121,6 +124,14 @@ struct ConfigurationTests {
         }
         #expect(error?.variable == variable)
         #expect(error?.description.contains(variable) == true)
+    }
+
+    @Test(
+        "a queue prefix may be any printable text without spaces or braces (the contract sets no form)",
+        arguments: ["ci/run-42", "acceptance-\(String(repeating: "0123456789abcdef", count: 8))", "tollgate@eu#1", "préfixe", "t"]
+    )
+    func queuePrefix(value: String) throws {
+        #expect(try Configuration(environment: ["TOLLGATE_QUEUE_PREFIX": value]).queuePrefix == value)
     }
 
     @Test(

@@ -107,8 +107,12 @@ public struct Configuration: Sendable {
         self.appleTimeoutMilliseconds = try reader.int("TOLLGATE_APPLE_TIMEOUT_MS", default: 15_000, range: 1...600_000)
         self.workerConcurrency = try reader.int("TOLLGATE_WORKER_CONCURRENCY", default: 256, range: 1...100_000)
         self.queuePrefix = try reader.string("TOLLGATE_QUEUE_PREFIX", default: "tollgate")
-        guard self.queuePrefix.allSatisfy({ $0.isLetter || $0.isNumber || "-_.:".contains($0) }), self.queuePrefix.count <= 64 else {
-            throw ConfigurationError(variable: "TOLLGATE_QUEUE_PREFIX", "use at most 64 letters, digits, '-', '_', '.', ':'")
+        // Any printable text: only spaces and control characters (which redis-cli and logs mangle) and braces
+        // (every key carries the `{q}` hash tag, which a brace before it would replace) are refused.
+        guard self.queuePrefix.utf8.count <= 256,
+            self.queuePrefix.unicodeScalars.allSatisfy({ !$0.properties.isWhitespace && $0.properties.generalCategory != .control && $0 != "{" && $0 != "}" })
+        else {
+            throw ConfigurationError(variable: "TOLLGATE_QUEUE_PREFIX", "use at most 256 bytes of printable text without spaces or braces")
         }
         self.metricsPort = try reader.int("TOLLGATE_METRICS_PORT", default: 9464, range: 0...65535)
         self.logLevel = try reader.choice(

@@ -46,7 +46,8 @@ public struct QueueGauges: Service {
                 // Readiness reports the outage; the gauges keep their last values.
                 self.logger.debug("cannot sample the queue", metadata: ["error": "\(error)"])
             }
-            try? await Task.sleep(for: self.interval)
+            // A graceful shutdown ends the wait at once: the process must not linger up to an interval on SIGTERM.
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.interval) }
         }
     }
 }
