@@ -105,6 +105,8 @@ struct ConfigurationTests {
             ("TOLLGATE_HTTP_HOST", "not a host"),
             ("TOLLGATE_HTTP_HOST", "-bad-.example"),
             ("TOLLGATE_HTTP_HOST", "127.0.0.1:8080"),
+            ("TOLLGATE_HTTP_HOST", "256.1.1.1"),
+            ("TOLLGATE_HTTP_HOST", "1.2.3"),
             ("TOLLGATE_APPLE_PRODUCTION_URL", "ftp://apple.example/verifyReceipt"),
             ("TOLLGATE_APPLE_TIMEOUT_MS", "0"),
             ("TOLLGATE_RETRY_MAX_ATTEMPTS", "many"),

@@ -172,7 +172,8 @@ struct EnvironmentReader {
     }
 
     /// An address to listen on: an IPv4 or IPv6 literal, or a host name (letters, digits and hyphens in
-    /// dot-separated labels of at most 63 characters, 253 in all).
+    /// dot-separated labels of at most 63 characters, 253 in all, the last not all digits: `256.1.1.1` and
+    /// `1.2.3` are bad addresses, not names, and would fail only when binding).
     func host(_ name: String, default defaultValue: String) throws -> String {
         let text = self.raw(name) ?? defaultValue
         var address = in6_addr()
@@ -183,7 +184,7 @@ struct EnvironmentReader {
             (1...63).contains(label.count) && label.first != hyphen && label.last != hyphen
                 && label.allSatisfy { $0 == hyphen || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
                     || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0 | 0x20) }
-        }
+        } && labels.last?.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) } == false
         guard valid else {
             throw ConfigurationError(variable: name, "expected an IP address or a host name to listen on, got '\(text)'")
         }
