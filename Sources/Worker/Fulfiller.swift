@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Shared
+import Synchronization
 
 /// Fulfils one job: asks Apple (production first, sandbox on 21007), checks the answer against the
 /// publisher's catalog, and commits the grant. Only Apple's answer is trusted: never the receipt's bytes,
@@ -11,6 +12,8 @@ struct Fulfiller: Sendable {
     /// Announces the changes to access that a receipt's evidence bears on (a job's own status is announced when it finishes).
     let queue: ReceiptQueue
     let apple: VerifyReceiptClient
+    /// Tells every worker that Apple verifies receipts (JobProcessor weighs 21002 answers by it).
+    let beacon = AppleVerifiedBeacon()
     let products = ExpiringCache<UUID, [Product]>(lifetime: 5)
     let apps = ExpiringCache<UUID, [App]>(lifetime: 5)
 
@@ -219,8 +222,10 @@ struct Fulfiller: Sendable {
             WorkerMetrics.appleCall(environment: environment.rawValue, verdict: verdict, duration: ContinuousClock.now - started)
             switch verdict {
             case .valid(let answer):
+                await self.beacon.verified(environment, queue: self.queue)
                 return .answer(answer, environment: Self.environment(of: answer, asked: environment), expired: false)
             case .expired(let answer):
+                await self.beacon.verified(environment, queue: self.queue)
                 return .answer(answer, environment: Self.environment(of: answer, asked: environment), expired: true)
             case .askSandbox:
                 guard offerApps.contains(where: \.allowSandbox) else {
@@ -254,5 +259,25 @@ struct Fulfiller: Sendable {
         case let error as RedisError: "\(error)"
         default: String(describing: type(of: error))
         }
+    }
+}
+
+/// Records in Redis, for every worker, that Apple verified a receipt: at most once a second per environment
+/// from one process, so a busy worker does not add a Redis call per job. Best effort: a failure only makes
+/// a 21002 look a little more like an incident, which costs that job more tries, never a wrong refusal.
+final class AppleVerifiedBeacon: Sendable {
+    private let lastRecorded = Mutex<[VerifyReceiptClient.Environment: Int]>([:])
+    /// How long the record lives: longer than any window a policy looks back (RetryPolicy.incidentWindow).
+    private static let lifetimeMilliseconds = 3_600_000
+
+    func verified(_ environment: VerifyReceiptClient.Environment, queue: ReceiptQueue) async {
+        let now = WallClock.nowMilliseconds()
+        let due = self.lastRecorded.withLock { last in
+            guard now - (last[environment] ?? 0) >= 1000 else { return false }
+            last[environment] = now
+            return true
+        }
+        guard due else { return }
+        try? await queue.recordAppleVerified(environment, now: now, windowMilliseconds: Self.lifetimeMilliseconds)
     }
 }

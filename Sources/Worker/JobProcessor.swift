@@ -110,6 +110,13 @@ struct JobProcessor: Sendable {
                 // A verdict's own limit counts the attempts that ended with that same answer (21002 three
                 // times), not every attempt: timeouts before it must not use it up.
                 // Such an answer, once it came twice, is asked again minutes later (RetryPolicy.limitedAnswerDelay).
+                // A 21002 is weighed against what every worker saw of Apple lately (RetryPolicy.incidentWindow).
+                var evidence: AppleEvidence?
+                if case .rejected(_, let environment) = exhausted {
+                    evidence = try await self.queue.appleMalformedAnswer(
+                        environment, jobId: job.jobId, now: now, windowMilliseconds: self.retry.incidentWindow
+                    )
+                }
                 let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt)
                 let repeatDue = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, atLeast: self.retry.limitedAnswerDelay)
                 let allowed = self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt)
@@ -124,10 +131,12 @@ struct JobProcessor: Sendable {
                     // Only the answer's own limit makes its end final (21002 three times: rejected). Out of the
                     // policy's attempts or age first, the answer was never believed: failed, to be requeued.
                     switch allowed ? exhausted : .failed(reason) {
-                    case .rejected(let final):
-                        guard self.fulfiller.apple.health.verifiedReceipt(since: now - self.believedWindow) else {
-                            // Apple verified no other receipt meanwhile: an incident, not this receipt. The job
-                            // goes on as Apple being unavailable, within the policy, and ends `failed` (requeueable).
+                    case .rejected(let final, _):
+                        if evidence?.looksLikeIncident == true {
+                            // Other receipts got 21002 too and Apple verified none lately: an incident, not this
+                            // receipt. The job goes on as Apple being unavailable, within the policy: granted once
+                            // Apple reads it, rejected if it still answers 21002 once Apple verifies others, or
+                            // failed (requeueable) when the policy runs out.
                             try await self.retryDuringIncident(delivery, job: job, dueAt: repeatDue, reason: reason, detail: detail, now: now, logger: logger)
                             return
                         }
@@ -143,17 +152,13 @@ struct JobProcessor: Sendable {
         }
     }
 
-    /// How recently Apple must have verified another receipt for an answer believed only when it comes
-    /// again (21002) to be believed: a minute, or the least delay between its tries if that is longer.
-    private var believedWindow: Int { max(self.retry.limitedAnswerDelay, 60_000) }
-
-    /// Parks a job whose limited answer came again while Apple verified no other receipt (an incident).
+    /// Parks a job whose 21002 came for the last time allowed during what looks like an incident at Apple.
     private func retryDuringIncident(
         _ delivery: QueueDelivery, job: ReceiptJob, dueAt: Int, reason: JobReason, detail: String, now: Int, logger: Logger
     ) async throws {
         let parked = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: dueAt, reason: reason, now: now)
         WorkerMetrics.job(status: .retrying, reason: reason)
-        logger.warning("retrying: Apple gave this answer again but verified no other receipt lately, so it is taken for an incident", metadata: [
+        logger.warning("retrying: other receipts got this answer too and Apple verified none lately, so it is taken for an incident", metadata: [
             "reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(max(0, (parked ?? now) - now))",
         ])
     }

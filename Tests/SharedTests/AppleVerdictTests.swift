@@ -73,7 +73,10 @@ struct AppleVerdictTests {
     @Test("21002 retries at most 3 attempts, then rejects as invalid_receipt", arguments: [21002])
     func malformedRetriesThenRejects(status: Int) {
         let verdict = Self.classify(status)
-        #expect(Self.shape(verdict) == .retry(attemptLimit: 3, exhausted: .rejected(.invalidReceipt)))
+        #expect(Self.shape(verdict) == .retry(attemptLimit: 3, exhausted: .rejected(.invalidReceipt, unlessIncidentIn: .production)))
+        // Weighed against what Apple's environment that answered does for other receipts.
+        let sandbox = AppleVerdict.classify(AppleAnswer(status: status), environment: .sandbox)
+        #expect(Self.shape(sandbox) == .retry(attemptLimit: 3, exhausted: .rejected(.invalidReceipt, unlessIncidentIn: .sandbox)))
         #expect(AppleVerdict.malformedReceiptAttempts == 3)
         #expect(Self.detail(verdict)?.contains(String(status)) == true)
     }

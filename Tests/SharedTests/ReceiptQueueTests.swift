@@ -67,6 +67,32 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("21002 evidence: a job's own answers count once, other jobs' within the window count, a verification is seen by every worker, per environment")
+    func appleEvidence() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            let window = 60_000
+            func answer(_ jobId: String, at time: Int, _ environment: VerifyReceiptClient.Environment = .production) async throws -> AppleEvidence {
+                try await harness.queue.appleMalformedAnswer(environment, jobId: jobId, now: time, windowMilliseconds: window)
+            }
+            // One job alone, however often: nothing says Apple is in an incident.
+            #expect(try await answer("a", at: now - 2_000) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
+            #expect(try await answer("a", at: now - 1_000) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
+            // Another job's 21002 within the window: an incident, until a receipt is verified.
+            #expect(try await answer("b", at: now).looksLikeIncident)
+            #expect(try await answer("a", at: now + 1) == AppleEvidence(verifiedLately: false, otherMalformed: 1))
+            // Out of the window, it no longer counts.
+            #expect(try await answer("a", at: now + window + 1) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
+            // The other environment is apart.
+            #expect(try await answer("c", at: now, .sandbox) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
+            // A verification by any worker, within the window, outweighs the others' 21002s.
+            try await harness.queue.recordAppleVerified(.production, now: now + window + 2, windowMilliseconds: 3_600_000)
+            #expect(try await answer("b", at: now + window + 3) == AppleEvidence(verifiedLately: true, otherMalformed: 1))
+            #expect(try await answer("b", at: now + 2 * window + 3) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
+            #expect(try await answer("c", at: now + window + 3, .sandbox).verifiedLately == false)
+        }
+    }
+
     @Test("prepare can run any number of times")
     func prepareIsIdempotent() async throws {
         try await Self.withQueue { harness in

@@ -34,8 +34,8 @@ struct AppleRulesTests {
         StatusRow(status: 21000, expected: .failed, reason: "internal", attempts: 1),
         StatusRow(status: 21003, expected: .rejected, reason: "invalid_receipt", attempts: 1),
         StatusRow(status: 21010, expected: .rejected, reason: "invalid_receipt", attempts: 1),
-        // Believed only while Apple verifies other receipts (none here): see limitCountsItsOwnAnswers.
-        StatusRow(status: 21002, expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
+        // Alone, believed: nothing says Apple is in an incident (see malformedDuringIncident).
+        StatusRow(status: 21002, expected: .rejected, reason: "invalid_receipt", attempts: 3),
         StatusRow(status: 21004, expected: .failed, reason: "shared_secret_mismatch", attempts: 1),
         StatusRow(status: 21005, expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
         StatusRow(status: 21009, expected: .failed, reason: "apple_unavailable", attempts: maxAttempts),
@@ -118,17 +118,26 @@ struct AppleRulesTests {
         }
     }
 
-    @Test("21002 while Apple verifies no other receipt is an incident (as on 7-8 Feb 2023): the job retries past three 21002s as apple_unavailable and is granted once Apple reads it")
+    @Test("21002 for several receipts while Apple verifies none is an incident (as on 7-8 Feb 2023): the jobs retry past three 21002s as apple_unavailable and are granted once Apple reads them")
     func malformedDuringIncident() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 10)) { harness in
             try await harness.app(Self.bundle)
             try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let record = try await harness.purchase(
-                Self.bundle, productId: "premium", offerId: "PREMIUM", extra: ["fail": ["count": 5, "mode": "status21002"]]
-            )
-            #expect(record.status == .granted)
-            #expect(record.attempts == 6)
-            #expect(try await harness.access("PREMIUM").granted)
+            var jobs: [String] = []
+            for buyer in ["first@example.com", "second@example.com"] {
+                let transaction = ScenarioReceipt.transactionId()
+                let receipt = ScenarioReceipt.make(
+                    bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)],
+                    extra: ["fail": ["count": 5, "mode": "status21002"]]
+                )
+                jobs.append(try await harness.submit(email: buyer, offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            }
+            for job in jobs {
+                let record = try await harness.workUntilFinal(job)
+                #expect(record.status == .granted)
+                #expect(record.attempts == 6)
+            }
+            #expect(try await harness.access("PREMIUM", email: "first@example.com").granted)
             #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
         }
     }

@@ -19,7 +19,9 @@ public enum AppleVerdict: Sendable, Equatable {
 
     /// How a job ends when its retries run out.
     public enum Exhaustion: Sendable, Equatable {
-        case rejected(JobReason)
+        /// Rejected, unless the answer looks like an incident at Apple in that environment (21002: no receipt
+        /// verified there lately while other receipts got the same answer); then retried as unavailable.
+        case rejected(JobReason, unlessIncidentIn: VerifyReceiptClient.Environment)
         case failed(JobReason)
     }
 
@@ -44,8 +46,8 @@ public enum AppleVerdict: Sendable, Equatable {
     /// Attempts allowed for a status Apple does not document.
     public static let unknownStatusAttempts = 5
 
-    /// Classifies an answer that arrived as well-formed JSON.
-    public static func classify(_ answer: AppleAnswer) -> AppleVerdict {
+    /// Classifies an answer that arrived as well-formed JSON from `environment`.
+    public static func classify(_ answer: AppleAnswer, environment: VerifyReceiptClient.Environment = .production) -> AppleVerdict {
         let detail = "\(Self.statusDetailPrefix)\(answer.status)"
         switch answer.status {
         case 0:
@@ -63,7 +65,9 @@ public enum AppleVerdict: Sendable, Equatable {
             return .reject(.invalidReceipt, detail: detail)
         case 21002:
             // Apple has answered 21002 for good receipts during outages: a few tries before believing it.
-            return .retry(detail: detail, attemptLimit: Self.malformedReceiptAttempts, exhausted: .rejected(.invalidReceipt))
+            return .retry(
+                detail: detail, attemptLimit: Self.malformedReceiptAttempts, exhausted: .rejected(.invalidReceipt, unlessIncidentIn: environment)
+            )
         case 21004:
             return .fail(.sharedSecretMismatch, detail: detail)
         case 21005, 21009:
@@ -86,10 +90,10 @@ public enum AppleVerdict: Sendable, Equatable {
     /// alone: an error status needs nothing else, 21006 is `expired` whatever the subscription, and a
     /// status 0 that cannot be checked ends the job `failed` `internal` at once, for an operator, instead of
     /// asking Apple again for hours as if it were down.
-    public static func classify(body bytes: UnsafeRawBufferPointer) -> AppleVerdict? {
+    public static func classify(body bytes: UnsafeRawBufferPointer, environment: VerifyReceiptClient.Environment = .production) -> AppleVerdict? {
         // Apple's answers nest four deep (answer, receipt, in_app, transaction); the limit bounds a hostile one.
         guard let object = JSONValue.object(bytes, maxDepth: 32) else { return nil }
-        if let answer = try? AppleAnswer(object: object) { return Self.classify(answer) }
+        if let answer = try? AppleAnswer(object: object) { return Self.classify(answer, environment: environment) }
         guard let status = try? AppleAnswer.status(object) else { return nil }
         let detail = "\(Self.statusDetailPrefix)\(status), in a shape Tollgate does not read (an iOS 6-style receipt?)"
         switch status {
@@ -98,7 +102,7 @@ public enum AppleVerdict: Sendable, Equatable {
         case 21006:
             return .reject(.expired, detail: detail)
         default:
-            return Self.classify(AppleAnswer(status: status, isRetryable: AppleAnswer.retryableFlag(object)))
+            return Self.classify(AppleAnswer(status: status, isRetryable: AppleAnswer.retryableFlag(object)), environment: environment)
         }
     }
 

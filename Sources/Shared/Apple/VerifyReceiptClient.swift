@@ -1,7 +1,6 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
-import Synchronization
 
 /// Calls Apple's verifyReceipt (or the emulator) and classifies each answer.
 ///
@@ -19,8 +18,6 @@ public struct VerifyReceiptClient: Sendable {
     private let timeout: TimeAmount
     /// The largest answer read; receipts with hundreds of entries are far below it.
     private let maxAnswerBytes = 16 << 20
-    /// When Apple last verified a receipt for this client (status 0 or 21006).
-    public let health = AppleHealth()
 
     /// Creates a client over a shared `HTTPClient`.
     public init(http: HTTPClient, productionURL: String, sandboxURL: String, timeoutMilliseconds: Int) {
@@ -89,12 +86,8 @@ public struct VerifyReceiptClient: Sendable {
         guard response.status == .ok else {
             return .transportFailure("\(environment.rawValue): HTTP \(response.status.code)")
         }
-        guard let verdict = bytes.withUnsafeReadableBytes({ AppleVerdict.classify(body: $0) }) else {
+        guard let verdict = bytes.withUnsafeReadableBytes({ AppleVerdict.classify(body: $0, environment: environment) }) else {
             return .transportFailure("\(environment.rawValue): the answer is not verifyReceipt JSON")
-        }
-        switch verdict {
-        case .valid, .expired: self.health.verified(at: WallClock.nowMilliseconds())
-        case .askSandbox, .askProduction, .reject, .fail, .retry: break
         }
         return verdict
     }
@@ -106,22 +99,3 @@ public struct VerifyReceiptClient: Sendable {
     }
 }
 
-/// When Apple last verified a receipt (status 0 or 21006) for one worker: the sign that lets a worker tell
-/// an answer about one receipt (21002, "malformed") from an incident at Apple that answers it for every
-/// receipt, as on 7-8 February 2023, when good receipts got 21002 for hours.
-public final class AppleHealth: Sendable {
-    private let lastVerified = Atomic<Int>(0)
-
-    /// Creates a record of no verification yet.
-    public init() {}
-
-    /// Records a verification at `now` (Unix ms).
-    public func verified(at now: Int) {
-        _ = self.lastVerified.max(now, ordering: .relaxed)
-    }
-
-    /// Whether Apple verified a receipt at or after `since` (Unix ms).
-    public func verifiedReceipt(since: Int) -> Bool {
-        self.lastVerified.load(ordering: .relaxed) >= since
-    }
-}

@@ -62,6 +62,11 @@ public struct RetryPolicy: Sendable, Equatable {
     /// soon as any failure, within the minute an app polls.
     public var limitedAnswerDelay: Int { self.maxDelayMilliseconds / 4 }
 
+    /// How far back workers look to tell a 21002 about one receipt from an incident at Apple (another
+    /// receipt verified, other receipts answered 21002): a minute, or the least delay between a 21002's
+    /// tries if that is longer, so the look spans the gap before its last try.
+    public var incidentWindow: Int { max(self.limitedAnswerDelay, 60_000) }
+
     /// Whether a job may be tried again after `attempts` attempts, `ageMilliseconds` after it was accepted.
     public func allowsAnotherAttempt(after attempts: Int, ageMilliseconds: Int) -> Bool {
         attempts < self.maxAttempts && ageMilliseconds < self.maxAgeSeconds * 1000

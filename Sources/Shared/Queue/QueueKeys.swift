@@ -39,6 +39,16 @@ public struct QueueKeys: Sendable, Equatable {
     /// The status hash of a job.
     public func job(_ jobId: String) -> String { self.jobPrefix + jobId }
 
+    /// When a worker last had a receipt verified by Apple's `environment` (Unix ms, a string).
+    public func appleVerified(_ environment: VerifyReceiptClient.Environment) -> String {
+        "\(self.prefix):{q}:apple:verified:\(environment.rawValue)"
+    }
+
+    /// The jobs whose receipts Apple's `environment` answered 21002 lately, scored by when (Unix ms).
+    public func appleMalformed(_ environment: VerifyReceiptClient.Environment) -> String {
+        "\(self.prefix):{q}:apple:malformed:\(environment.rawValue)"
+    }
+
     /// The key that makes a submission idempotent: publisher, transaction (or receipt digest), customer, offer.
     public func dedup(for job: ReceiptJob) -> String {
         let subject = job.transactionId.map { "tx:\($0)" } ?? "rd:\(ReceiptDigest.hex(of: job.receiptData))"

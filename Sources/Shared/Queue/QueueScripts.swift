@@ -154,6 +154,20 @@ enum QueueScripts {
         return tonumber(due)
         """)
 
+    /// Note a 21002 answer for a job, and tell what the workers saw of that environment lately: when it
+    /// last verified a receipt, and how many other jobs got 21002 (the job's own earlier ones do not count).
+    ///
+    /// KEYS: apple verified (environment), apple malformed (environment). ARGV: jobId, now (ms), window (ms).
+    static let appleMalformed = RedisScript(name: "apple-malformed", source: """
+        local now = tonumber(ARGV[2])
+        local window = tonumber(ARGV[3])
+        redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - window))
+        redis.call('ZADD', KEYS[2], now, ARGV[1])
+        redis.call('PEXPIRE', KEYS[2], window)
+        local verified = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+        return {verified, redis.call('ZCARD', KEYS[2]) - 1}
+        """)
+
     /// Move due retries back to the stream; each id leaves the set once, so none moves twice. A job that is
     /// final by now (another copy of it ended it) only leaves the set.
     ///
@@ -296,5 +310,5 @@ enum QueueScripts {
         """)
 
     /// Every script, for loading at start.
-    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld]
+    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleMalformed]
 }

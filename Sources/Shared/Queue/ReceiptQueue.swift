@@ -249,6 +249,27 @@ public struct ReceiptQueue: Sendable {
         return due
     }
 
+    /// Records, for every worker, that Apple's `environment` verified a receipt at `now` (Unix ms); kept
+    /// for `windowMilliseconds`.
+    public func recordAppleVerified(_ environment: VerifyReceiptClient.Environment, now: Int, windowMilliseconds: Int) async throws {
+        _ = try await self.redis.send("SET", self.keys.appleVerified(environment), String(now), "PX", String(max(1, windowMilliseconds)))
+    }
+
+    /// Records that Apple's `environment` answered 21002 for `jobId` at `now`, and returns what every
+    /// worker saw of that environment within the last `windowMilliseconds`: whether it verified a receipt,
+    /// and how many other jobs got 21002.
+    public func appleMalformedAnswer(
+        _ environment: VerifyReceiptClient.Environment, jobId: String, now: Int, windowMilliseconds: Int
+    ) async throws -> AppleEvidence {
+        let reply = try await self.redis.run(
+            QueueScripts.appleMalformed, keys: [self.keys.appleVerified(environment), self.keys.appleMalformed(environment)],
+            arguments: [jobId, String(now), String(max(1, windowMilliseconds))]
+        )
+        let values = (reply.array ?? []).map { $0.int ?? 0 }
+        let verifiedAt = values.first ?? 0
+        return AppleEvidence(verifiedLately: verifiedAt > 0 && verifiedAt >= now - windowMilliseconds, otherMalformed: values.dropFirst().first ?? 0)
+    }
+
     /// Moves up to `limit` due retries back to the stream; returns how many moved.
     @discardableResult
     public func promoteDue(now: Int, limit: Int = 500) async throws -> Int {
