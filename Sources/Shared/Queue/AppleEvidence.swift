@@ -6,12 +6,6 @@ public struct AppleEvidence: Sendable, Equatable {
     /// Other jobs that got 21002 there within the window.
     public var otherMalformed: Int
 
-    /// Creates the evidence.
-    public init(verifiedLately: Bool, otherMalformed: Int) {
-        self.verifiedLately = verifiedLately
-        self.otherMalformed = otherMalformed
-    }
-
     /// An incident: other receipts got the same answer and none was verified.
     public var looksLikeIncident: Bool { !self.verifiedLately && self.otherMalformed > 0 }
 }
