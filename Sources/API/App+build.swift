@@ -31,13 +31,6 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
     let redis = RedisClient(configuration: configuration.redis, connections: configuration.redisPoolSize)
     let database = PostgresClient(url: configuration.databaseURL, connections: configuration.databasePoolSize)
     let services = await APIServices(configuration: configuration, redis: redis, database: database, logger: logger)
-    do {
-        try await services.queue.prepare()
-        await RedisSafety.warnIfUnsafe(redis: redis, logger: logger)
-    } catch {
-        // Start anyway: readiness says 503 and requests answer 503 until Redis is back.
-        logger.warning("Redis not ready at start", metadata: ["error": "\(error)"])
-    }
 
     let router = buildRouter(services: services, registry: registry)
     let portFile = configuration.portFile
@@ -45,6 +38,8 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
         router: router,
         configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "tollgate-api"),
         services: [
+            // Until Redis answers, readiness says 503 and requests that need it answer 503.
+            QueuePreparation(queue: services.queue, logger: logger),
             QueueGauges(queue: services.queue, logger: logger),
             AccessInvalidations(cache: services.accessCache, redis: configuration.redis, channel: services.queue.keys.accessChannel, logger: logger),
             PublisherDirectoryRefresher(directory: services.authenticator.directory),

@@ -18,8 +18,6 @@ struct Consumer: Service {
     let name: String
     let concurrency: Int
     let claimMinIdleMilliseconds: Int
-    /// Creates the group and loads the scripts; tried until Redis answers, before the first read.
-    let prepare: @Sendable () async throws -> Void
     let logger: Logger
 
     /// Entries asked for per read; bounded so one process does not hoard a burst its peers could share.
@@ -31,8 +29,8 @@ struct Consumer: Service {
         let held = HeldEntries()
         await withGracefulShutdownHandler {
             // Redis may not answer yet at start: the health server answers meanwhile (live, not ready), and a
-            // SIGTERM stops the wait.
-            guard await self.prepareQueue(stopping: stopping) else { return }
+            // SIGTERM ends the wait at once.
+            guard await untilGracefulShutdown({ await self.queue.prepareWhenReachable(logger: self.logger) }) == true else { return }
             // Runs until reading has stopped and the last job has finished, through a graceful shutdown too.
             let keeper = Task { await self.keepHeld(held) }
             await withDiscardingTaskGroup { group in
@@ -128,22 +126,6 @@ struct Consumer: Service {
         } onGracefulShutdown: {
             stopping.store(true, ordering: .relaxed)
         }
-    }
-
-    /// Tries ``prepare`` until it succeeds (true), or until a shutdown or a cancellation (false).
-    private func prepareQueue(stopping: borrowing Atomic<Bool>) async -> Bool {
-        var delay = 100
-        while !stopping.load(ordering: .relaxed), !Task.isCancelled {
-            do {
-                try await self.prepare()
-                return true
-            } catch {
-                self.logger.warning("Redis not ready; retrying", metadata: ["error": "\(error)"])
-                try? await Task.sleep(for: .milliseconds(delay))
-                delay = min(delay * 2, 5000)
-            }
-        }
-        return false
     }
 
     /// Every keep interval, renews the entries held longer than that: an entry's idle time then never

@@ -13,30 +13,35 @@ struct Promoter: Service {
     let retentionSeconds: Int
     let logger: Logger
 
-    func run() async throws {
-        var lastRestore = ContinuousClock.now
-        while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            if ContinuousClock.now - lastRestore > .milliseconds(max(1000, self.lostAfterMilliseconds / 2)) {
-                lastRestore = ContinuousClock.now
-                do {
-                    let now = WallClock.nowMilliseconds()
-                    let restored = try await self.queue.restoreLost(olderThan: now - self.lostAfterMilliseconds, now: now)
-                    if restored > 0 { self.logger.warning("put back jobs whose stream entry vanished", metadata: ["count": "\(restored)"]) }
-                    let dropped = try await self.queue.trimDeadLetters(now: now, retentionSeconds: self.retentionSeconds)
-                    if dropped > 0 { self.logger.info("dropped dead letters past the retention", metadata: ["count": "\(dropped)"]) }
-                } catch {
-                    self.logger.warning("cannot check for lost entries or old dead letters", metadata: ["error": "\(error)"])
+    func run() async {
+        // Its Redis calls may wait out their timeout when Redis hangs; a SIGTERM does not wait for them.
+        await untilGracefulShutdown {
+            var lastRestore = ContinuousClock.now
+            while !Task.isCancelled {
+                if ContinuousClock.now - lastRestore > .milliseconds(max(1000, self.lostAfterMilliseconds / 2)) {
+                    lastRestore = ContinuousClock.now
+                    do {
+                        let now = WallClock.nowMilliseconds()
+                        let restored = try await self.queue.restoreLost(olderThan: now - self.lostAfterMilliseconds, now: now)
+                        if restored > 0 { self.logger.warning("put back jobs whose stream entry vanished", metadata: ["count": "\(restored)"]) }
+                        let dropped = try await self.queue.trimDeadLetters(now: now, retentionSeconds: self.retentionSeconds)
+                        if dropped > 0 { self.logger.info("dropped dead letters past the retention", metadata: ["count": "\(dropped)"]) }
+                    } catch {
+                        guard !Task.isCancelled else { return }
+                        self.logger.warning("cannot check for lost entries or old dead letters", metadata: ["error": "\(error)"])
+                    }
                 }
+                do {
+                    let moved = try await self.queue.promoteDue(now: WallClock.nowMilliseconds())
+                    if moved > 0 { self.logger.debug("promoted due retries", metadata: ["count": "\(moved)"]) }
+                    // A full batch means more are due right now.
+                    if moved >= 500 { continue }
+                } catch {
+                    guard !Task.isCancelled else { return }
+                    self.logger.warning("cannot promote retries", metadata: ["error": "\(error)"])
+                }
+                try? await Task.sleep(for: .milliseconds(250))
             }
-            do {
-                let moved = try await self.queue.promoteDue(now: WallClock.nowMilliseconds())
-                if moved > 0 { self.logger.debug("promoted due retries", metadata: ["count": "\(moved)"]) }
-                // A full batch means more are due right now.
-                if moved >= 500 { continue }
-            } catch {
-                self.logger.warning("cannot promote retries", metadata: ["error": "\(error)"])
-            }
-            try? await Task.sleep(for: .milliseconds(250))
         }
     }
 }

@@ -35,10 +35,6 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     let consumer = Consumer(
         queue: queue, reader: reader, processor: processor, name: configuration.workerName,
         concurrency: configuration.workerConcurrency, claimMinIdleMilliseconds: configuration.claimMinIdleMilliseconds,
-        prepare: {
-            try await queue.prepare()
-            await RedisSafety.warnIfUnsafe(redis: redis, logger: logger)
-        },
         logger: logger
     )
     let promoter = Promoter(

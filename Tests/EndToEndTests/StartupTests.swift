@@ -71,4 +71,35 @@ struct StartupTests {
         }
         try await http.shutdown()
     }
+
+    @Test(
+        "a process whose Redis takes connections and never answers stops on SIGTERM with exit 0",
+        arguments: [
+            ("tollgate-api", ["serve"], ["TOLLGATE_HTTP_PORT": "0"], "TOLLGATE_HTTP_PORT_FILE"),
+            ("tollgate-worker", [], ["TOLLGATE_METRICS_PORT": "0"], "TOLLGATE_METRICS_PORT_FILE"),
+        ] as [(String, [String], [String: String], String)]
+    )
+    func stopWhileRedisHangs(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
+        let redis = try SilentListener()
+        let process = try ManagedProcess(
+            executable: executable, arguments: arguments,
+            environment: environment.merging([
+                "TOLLGATE_REDIS_URL": "redis://127.0.0.1:\(redis.port)/0", "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
+                "TOLLGATE_HTTP_HOST": "127.0.0.1",
+            ]) { _, new in new },
+            portFileVariable: portFileVariable
+        )
+        do {
+            // Its first call to Redis now waits for an answer that never comes (10 s, then a retry): a SIGTERM
+            // from here on must stop it gracefully, not kill it.
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(executable) to connect to Redis") {
+                redis.acceptWaiting() > 0 ? true : nil
+            }
+            process.signal(SIGTERM)
+            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+        } catch {
+            await process.stop()
+            throw error
+        }
+    }
 }

@@ -323,21 +323,8 @@ struct RedisClientTests {
         .timeLimit(.minutes(1))
     )
     func silentServer() async throws {
-        // A listening socket nobody accepts from: the kernel completes the handshake, nothing ever replies.
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(fd >= 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let listening = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0 && listen(fd, 8) == 0
-            }
-        }
-        try #require(listening)
-        var configuration = try RedisConfiguration(url: "redis://127.0.0.1:\(UInt16(bigEndian: address.sin_port))/0")
+        let redis = try SilentListener()
+        var configuration = try RedisConfiguration(url: "redis://127.0.0.1:\(redis.port)/0")
         // The same timeout bounds the connect, which the kernel completes at once; a whole second keeps a
         // busy machine (a parallel build, CI) from turning a late connect event into a connect timeout.
         configuration.timeoutMilliseconds = 1000

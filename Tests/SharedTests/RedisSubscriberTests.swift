@@ -48,4 +48,28 @@ struct RedisSubscriberTests {
         #expect(events.count == 1)
         if case .unavailable(let reason)? = events.first { #expect(!reason.isEmpty) } else { Issue.record("expected .unavailable, heard \(events)") }
     }
+
+    @Test(
+        "a Redis that takes connections and never confirms: unavailable after the reply timeout, and a shutdown ends any wait",
+        .timeLimit(.minutes(1))
+    )
+    func silentRedis() async throws {
+        let redis = try SilentListener()
+        var configuration = try RedisConfiguration(url: "redis://127.0.0.1:\(redis.port)/0")
+        configuration.timeoutMilliseconds = 1000
+        let heard = Heard()
+        let subscriber = RedisSubscriber(configuration: configuration, channel: "nobody") { heard.append($0) }
+        subscriber.start()
+        _ = try await Poll.until(timeout: .seconds(30), "reported unavailable") { heard.all.isEmpty ? nil : true }
+        await subscriber.shutdown()
+        #expect(heard.all == [.unavailable("no reply within 1000 ms")])
+
+        // A reply timeout far past the test's time limit: only the shutdown can end the wait for the reply.
+        configuration.timeoutMilliseconds = 600_000
+        let waiting = RedisSubscriber(configuration: configuration, channel: "nobody") { _ in }
+        let before = redis.acceptWaiting()
+        waiting.start()
+        _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "the subscriber to connect") { redis.acceptWaiting() > before ? true : nil }
+        await waiting.shutdown()
+    }
 }

@@ -10,7 +10,7 @@ import ServiceLifecycle
 /// - `tollgate_queue_pending`: entries taken by a worker and not yet acknowledged.
 /// - `tollgate_queue_delayed`: jobs waiting for their next attempt.
 /// - `tollgate_queue_dead_letters`: dead-lettered jobs.
-public struct QueueGauges: Service {
+public struct QueueGauges: Service, CustomStringConvertible {
     let queue: ReceiptQueue
     let interval: Duration
     let logger: Logger
@@ -20,6 +20,9 @@ public struct QueueGauges: Service {
     private let pending = Gauge(label: "tollgate_queue_pending")
     private let delayed = Gauge(label: "tollgate_queue_delayed")
     private let deadLetters = Gauge(label: "tollgate_queue_dead_letters")
+
+    /// How ServiceGroup's logs name it.
+    public var description: String { "QueueGauges" }
 
     /// Creates the sampler.
     public init(queue: ReceiptQueue, interval: Duration = .seconds(5), logger: Logger) {
@@ -38,16 +41,17 @@ public struct QueueGauges: Service {
         self.deadLetters.record(counts.dead)
     }
 
-    public func run() async throws {
-        while !Task.isCancelled, !Task.isShuttingDownGracefully {
-            do {
-                try await self.sample()
-            } catch {
-                // Readiness reports the outage; the gauges keep their last values.
-                self.logger.debug("cannot sample the queue", metadata: ["error": "\(error)"])
+    public func run() async {
+        await untilGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    try await self.sample()
+                } catch {
+                    // Readiness reports the outage; the gauges keep their last values.
+                    self.logger.debug("cannot sample the queue", metadata: ["error": "\(error)"])
+                }
+                try? await Task.sleep(for: self.interval)
             }
-            // A graceful shutdown ends the wait at once: the process must not linger up to an interval on SIGTERM.
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: self.interval) }
         }
     }
 }

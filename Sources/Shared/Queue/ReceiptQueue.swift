@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// The queue protocol over Redis: enqueue, deliver, start, finish, retry, dead-letter, requeue.
 ///
@@ -30,6 +31,26 @@ public struct ReceiptQueue: Sendable {
             // Another process created it first.
         }
         for script in QueueScripts.all { try await self.redis.load(script) }
+    }
+
+    /// ``prepare()`` once Redis answers, retried with a backoff from 100 ms to 5 s until the task is
+    /// cancelled; then a warning if Redis could lose accepted receipts. Returns whether the queue got
+    /// prepared.
+    public func prepareWhenReachable(logger: Logger) async -> Bool {
+        var delay = 100
+        while !Task.isCancelled {
+            do {
+                try await self.prepare()
+                await RedisSafety.warnIfUnsafe(redis: self.redis, logger: logger)
+                return true
+            } catch {
+                guard !Task.isCancelled else { break }
+                logger.warning("Redis not ready; retrying", metadata: ["error": "\(error)"])
+                try? await Task.sleep(for: .milliseconds(delay))
+                delay = min(delay * 2, 5000)
+            }
+        }
+        return false
     }
 
     // MARK: Submitting

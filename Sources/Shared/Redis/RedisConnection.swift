@@ -1,19 +1,22 @@
 import CHiredis
 import Foundation
 
-/// The one file that touches hiredis: a blocking connection for ``RedisSubscriber`` (which owns a thread
-/// for it), and the protocol reader that ``RedisPipeline``'s event-loop connections parse replies with.
+/// The one file that touches hiredis: a connection for ``RedisSubscriber``'s own thread, and the protocol
+/// reader that ``RedisPipeline``'s event-loop connections parse replies with.
 ///
-/// One blocking hiredis connection.
-/// Every method blocks on the socket, so it must only be called from that thread, never from Swift's
-/// cooperative pool.
+/// One hiredis connection whose methods wait for the socket, so they must only be called from a thread of
+/// their own, never from Swift's cooperative pool. Every wait also watches a `wake` descriptor of the
+/// owner's, so a stop is never held up by a Redis that takes connections and does not answer.
 final class RedisConnection {
     private var context: UnsafeMutablePointer<redisContext>?
     private let configuration: RedisConfiguration
+    private let wake: Int32
 
-    /// Connects, authenticates and selects the database.
-    init(configuration: RedisConfiguration) throws {
+    /// Connects, authenticates and selects the database. `wake` (a pipe or eventfd) becoming readable
+    /// ends any wait for Redis.
+    init(configuration: RedisConfiguration, wake: Int32) throws {
         self.configuration = configuration
+        self.wake = wake
         try self.connect()
     }
 
@@ -21,40 +24,41 @@ final class RedisConnection {
         if let context { redisFree(context) }
     }
 
-    /// Sends a batch of commands in one write and reads their replies in order (pipelining).
+    /// Sends a batch of commands in one write and reads their replies in order (pipelining), each within
+    /// the configured timeout.
     ///
-    /// The outer result fails when the connection broke; the inner ones carry each command's own
-    /// reply or error reply.
+    /// The outer result fails when the connection broke, a reply was late, or `wake` fired; the inner
+    /// ones carry each command's own reply or error reply.
     func execute(_ commands: [[String]]) -> Result<[Result<RedisValue, RedisError>], RedisError> {
         if self.context == nil {
             do { try self.connect() } catch let error as RedisError { return .failure(error) } catch {
                 return .failure(RedisError(.connection, "\(error)"))
             }
         }
-        guard let context = self.context else { return .failure(RedisError(.connection, "not connected")) }
         for command in commands {
-            if let error = Self.append(command, to: context) {
-                self.drop()
-                return .failure(error)
-            }
+            if let error = self.append(command) { return .failure(error) }
         }
+        if let error = self.flush() { return .failure(error) }
         var replies: [Result<RedisValue, RedisError>] = []
         replies.reserveCapacity(commands.count)
         for _ in commands {
-            var raw: UnsafeMutableRawPointer?
-            guard redisGetReply(context, &raw) == REDIS_OK, let raw else {
-                let error = RedisError(.connection, Self.contextError(context))
-                self.drop()
+            switch self.nextReply(timeoutMilliseconds: self.timeoutMilliseconds) {
+            case .failure(let error):
                 return .failure(error)
+            case .success(.reply(let reply)):
+                replies.append(reply)
+            case .success(.idle):
+                self.drop()
+                return .failure(RedisError(.connection, "no reply within \(self.configuration.timeoutMilliseconds) ms"))
+            case .success(.woken):
+                self.drop()
+                return .failure(RedisError(.connection, "stopped while waiting for Redis"))
             }
-            let reply = raw.assumingMemoryBound(to: redisReply.self)
-            replies.append(Self.decode(reply))
-            freeReplyObject(raw)
         }
         return .success(replies)
     }
 
-    /// What ``awaitPush(timeoutMilliseconds:wake:)`` saw.
+    /// What ``awaitPush(timeoutMilliseconds:)`` saw.
     enum Push {
         /// A whole reply (in subscribe mode: a message, a subscription confirmation or a `pong`).
         case reply(RedisValue)
@@ -65,8 +69,26 @@ final class RedisConnection {
     }
 
     /// Waits for the next reply of a connection in subscribe mode, for at most `timeoutMilliseconds`,
-    /// or until `wake` (an eventfd or pipe of the caller's) becomes readable. Blocks: own thread only.
-    func awaitPush(timeoutMilliseconds: Int32, wake: Int32) -> Result<Push, RedisError> {
+    /// or until `wake` becomes readable. An error reply fails. Blocks: own thread only.
+    func awaitPush(timeoutMilliseconds: Int32) -> Result<Push, RedisError> {
+        switch self.nextReply(timeoutMilliseconds: timeoutMilliseconds) {
+        case .failure(let error): return .failure(error)
+        case .success(.reply(.success(let value))): return .success(.reply(value))
+        case .success(.reply(.failure(let error))): return .failure(error)
+        case .success(.idle): return .success(.idle)
+        case .success(.woken): return .success(.woken)
+        }
+    }
+
+    private enum Wait {
+        case reply(Result<RedisValue, RedisError>)
+        case idle
+        case woken
+    }
+
+    /// The next whole reply (a value or Redis' error reply), nothing within `timeoutMilliseconds`, or
+    /// `wake`; fails when the connection broke.
+    private func nextReply(timeoutMilliseconds: Int32) -> Result<Wait, RedisError> {
         guard let context = self.context else { return .failure(RedisError(.connection, "not connected")) }
         while true {
             var raw: UnsafeMutableRawPointer?
@@ -76,21 +98,15 @@ final class RedisConnection {
                 return .failure(error)
             }
             if let raw {
-                let decoded = Self.decode(raw.assumingMemoryBound(to: redisReply.self))
-                freeReplyObject(raw)
-                switch decoded {
-                case .success(let value): return .success(.reply(value))
-                case .failure(let error): return .failure(error)
-                }
+                defer { freeReplyObject(raw) }
+                return .success(.reply(Self.decode(raw.assumingMemoryBound(to: redisReply.self))))
             }
-            var descriptors = [pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
-            let ready = poll(&descriptors, 2, timeoutMilliseconds)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                return .failure(RedisError(.connection, "poll failed: errno \(errno)"))
+            switch self.wait(for: POLLIN, on: context.pointee.fd, timeoutMilliseconds: timeoutMilliseconds) {
+            case .failure(let error): return .failure(error)
+            case .success(.timedOut): return .success(.idle)
+            case .success(.woken): return .success(.woken)
+            case .success(.ready): break
             }
-            if ready == 0 { return .success(.idle) }
-            if descriptors[1].revents != 0 { return .success(.woken) }
             guard redisBufferRead(context) == REDIS_OK else {
                 let error = RedisError(.connection, Self.contextError(context))
                 self.drop()
@@ -101,37 +117,90 @@ final class RedisConnection {
 
     /// Sends one command without waiting for its reply (subscribe mode: the reply arrives as a push).
     func write(_ command: [String]) -> RedisError? {
+        self.append(command) ?? self.flush()
+    }
+
+    private func append(_ command: [String]) -> RedisError? {
         guard let context = self.context else { return RedisError(.connection, "not connected") }
         if let error = Self.append(command, to: context) {
             self.drop()
             return error
         }
+        return nil
+    }
+
+    /// Writes what the commands appended so far left in hiredis' buffer.
+    private func flush() -> RedisError? {
+        guard let context = self.context else { return RedisError(.connection, "not connected") }
         var done: Int32 = 0
-        while done == 0 {
+        while true {
             guard redisBufferWrite(context, &done) == REDIS_OK else {
                 let error = RedisError(.connection, Self.contextError(context))
                 self.drop()
                 return error
             }
+            if done != 0 { return nil }
+            // The socket's buffer is full (it never blocks): wait until it takes more.
+            let waited = self.wait(for: POLLOUT, on: context.pointee.fd, timeoutMilliseconds: self.timeoutMilliseconds)
+            guard case .success(.ready) = waited else {
+                self.drop()
+                if case .failure(let error) = waited { return error }
+                return RedisError(.connection, "could not send to Redis within \(self.timeoutMilliseconds) ms")
+            }
         }
-        return nil
     }
 
+    private var timeoutMilliseconds: Int32 { Int32(clamping: self.configuration.timeoutMilliseconds) }
+
+    private enum Readiness {
+        case ready
+        case timedOut
+        case woken
+    }
+
+    /// Polls `descriptor` for `events`, beside `wake`.
+    private func wait(for events: Int32, on descriptor: Int32, timeoutMilliseconds: Int32) -> Result<Readiness, RedisError> {
+        while true {
+            var descriptors = [pollfd(fd: descriptor, events: Int16(events), revents: 0), pollfd(fd: self.wake, events: Int16(POLLIN), revents: 0)]
+            let ready = poll(&descriptors, 2, timeoutMilliseconds)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                return .failure(RedisError(.connection, "poll failed: errno \(errno)"))
+            }
+            if ready == 0 { return .success(.timedOut) }
+            if descriptors[1].revents != 0 { return .success(.woken) }
+            return .success(.ready)
+        }
+    }
+
+    /// Connects without blocking past `wake`: a host that drops the connection attempt is given the
+    /// configured timeout. The socket stays non-blocking; every read and write waits in ``wait(for:on:timeoutMilliseconds:)``.
     private func connect() throws {
-        let timeout = timeval(
-            tv_sec: self.configuration.timeoutMilliseconds / 1000,
-            tv_usec: (self.configuration.timeoutMilliseconds % 1000) * 1000
-        )
-        guard let context = redisConnectWithTimeout(self.configuration.host, Int32(self.configuration.port), timeout)
-        else {
+        let address = "\(self.configuration.host):\(self.configuration.port)"
+        guard let context = redisConnectNonBlock(self.configuration.host, Int32(self.configuration.port)) else {
             throw RedisError(.connection, "cannot allocate a hiredis context")
         }
         if context.pointee.err != 0 {
             let message = Self.contextError(context)
             redisFree(context)
-            throw RedisError(.connection, "\(self.configuration.host):\(self.configuration.port): \(message)")
+            throw RedisError(.connection, "\(address): \(message)")
         }
-        _ = redisSetTimeout(context, timeout)
+        let fd = context.pointee.fd
+        var failure: String?
+        switch self.wait(for: POLLOUT, on: fd, timeoutMilliseconds: self.timeoutMilliseconds) {
+        case .failure(let error): failure = error.message
+        case .success(.timedOut): failure = "no connection within \(self.configuration.timeoutMilliseconds) ms"
+        case .success(.woken): failure = "stopped while connecting"
+        case .success(.ready):
+            var code: Int32 = 0
+            var length = socklen_t(MemoryLayout<Int32>.size)
+            if getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &length) != 0 { code = errno }
+            if code != 0 { failure = String(cString: strerror(code)) }
+        }
+        if let failure {
+            redisFree(context)
+            throw RedisError(.connection, "\(address): \(failure)")
+        }
         _ = redisEnableKeepAlive(context)
         self.context = context
         var setup: [[String]] = []

@@ -89,7 +89,7 @@ public final class RedisSubscriber: Sendable {
     /// Fails when the subscription could not be established.
     private func session() -> Result<Void, RedisError> {
         let connection: RedisConnection
-        do { connection = try RedisConnection(configuration: self.configuration) } catch {
+        do { connection = try RedisConnection(configuration: self.configuration, wake: self.wake.read) } catch {
             return .failure(error as? RedisError ?? RedisError(.connection, "\(error)"))
         }
         switch connection.execute([["SUBSCRIBE", self.channel]]) {
@@ -107,7 +107,7 @@ public final class RedisSubscriber: Sendable {
         var lastHeard = Self.now()
         var pingSent: UInt64?
         while !self.isStopped {
-            switch connection.awaitPush(timeoutMilliseconds: 1_000, wake: self.wake.read) {
+            switch connection.awaitPush(timeoutMilliseconds: 1_000) {
             case .failure:
                 return .success(())
             case .success(.woken):

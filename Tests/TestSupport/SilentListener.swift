@@ -1,0 +1,49 @@
+import Foundation
+
+/// A TCP listener on 127.0.0.1 that takes connections and never answers: a dependency that hangs rather
+/// than refuses (a stalled Redis, a black-holed route).
+public final class SilentListener: @unchecked Sendable {
+    // @unchecked Sendable: the descriptors are touched only through `lock`.
+    private let lock = NSLock()
+    private let socket: Int32
+    private var accepted: [Int32] = []
+    /// The port it listens on.
+    public let port: Int
+
+    /// Listens on a free port.
+    public init() throws {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw ManagedProcess.Failure("socket: errno \(errno)") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(socket, pointer, length) == 0 && listen(socket, 64) == 0 && getsockname(socket, pointer, &length) == 0
+            }
+        }
+        guard bound, fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK) == 0 else {
+            close(socket)
+            throw ManagedProcess.Failure("cannot listen on 127.0.0.1: errno \(errno)")
+        }
+        self.socket = socket
+        self.port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// Takes the connections waiting, keeps them open, and returns how many it holds in all.
+    public func acceptWaiting() -> Int {
+        self.lock.withLock {
+            while case let connection = accept(self.socket, nil, nil), connection >= 0 {
+                self.accepted.append(connection)
+            }
+            return self.accepted.count
+        }
+    }
+
+    deinit {
+        for connection in self.accepted { close(connection) }
+        close(self.socket)
+    }
+}
