@@ -39,4 +39,36 @@ struct AppleTimeoutTests {
         try await http.shutdown()
         await server.stop()
     }
+
+    @Test("an answer whose body trickles after its head ends the call at the timeout, as a retry", .timeLimit(.minutes(1)))
+    func tricklingBody() async throws {
+        let router = Router()
+        router.post("verifyReceipt") { _, _ in
+            // A space (valid JSON whitespace) every 100 ms for ten minutes: never silent for the read timeout.
+            Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody { writer in
+                try await writer.write(ByteBuffer(string: "{\"status\":"))
+                for _ in 0..<6_000 {
+                    try await Task.sleep(for: .milliseconds(100))
+                    try await writer.write(ByteBuffer(string: " "))
+                }
+                try await writer.write(ByteBuffer(string: "0}"))
+                try await writer.finish(nil)
+            })
+        }
+        let server = try await LoopbackServer.start(router, label: "test.trickling-apple")
+        let configuration = try Configuration(environment: ["TOLLGATE_APPLE_TIMEOUT_MS": "1000"])
+        let http = VerifyReceiptClient.makeHTTPClient(configuration: configuration)
+        let client = VerifyReceiptClient(
+            http: http, productionURL: "\(server.base)/verifyReceipt", sandboxURL: "\(server.base)/sandbox/verifyReceipt",
+            timeoutMilliseconds: configuration.appleTimeoutMilliseconds
+        )
+        let verdict = await client.verify(receiptData: "QQ==", password: nil, excludeOldTransactions: false, environment: .production)
+        guard case .retry(let detail, nil, .failed(.appleUnavailable)) = verdict else {
+            Issue.record("a trickling answer gave \(verdict), not a transport failure to retry")
+            return
+        }
+        #expect(detail == "Production: timeout")
+        try await http.shutdown()
+        await server.stop()
+    }
 }

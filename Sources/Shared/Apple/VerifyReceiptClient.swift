@@ -36,9 +36,9 @@ public struct VerifyReceiptClient: Sendable {
     /// and the shared secret wherever `Location` points (or, on a 301-303, drop the body and ask with GET,
     /// which Apple answers 21000, a final rejection). A redirect is a failed call, retried like a 503.
     ///
-    /// A call's deadline ends when the answer's head arrives; the read timeout (no byte for
-    /// `TOLLGATE_APPLE_TIMEOUT_MS`) is what stops a body that stalls after it, which would otherwise hold
-    /// the job's slot for good.
+    /// The read timeout (no byte for `TOLLGATE_APPLE_TIMEOUT_MS`) stops a connection that falls silent;
+    /// ``verify(receiptData:password:excludeOldTransactions:environment:)`` bounds the whole call, a body
+    /// that trickles after its head included.
     public static func makeHTTPClient(configuration: Configuration) -> HTTPClient {
         var http = HTTPClient.Configuration()
         http.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: configuration.workerConcurrency)
@@ -74,8 +74,10 @@ public struct VerifyReceiptClient: Sendable {
         let response: HTTPClientResponse
         let bytes: ByteBuffer
         do {
-            response = try await self.http.execute(request, timeout: self.timeout)
-            bytes = try await response.body.collect(upTo: self.maxAnswerBytes)
+            // One deadline for the whole call: async-http-client's ends when the head arrives.
+            let deadline = NIODeadline.now() + self.timeout
+            response = try await self.http.execute(request, deadline: deadline)
+            bytes = try await Self.collect(response.body, upTo: self.maxAnswerBytes, before: deadline)
         } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
             return .transportFailure("\(environment.rawValue): timeout")
         } catch is NIOTooManyBytesError {
@@ -90,6 +92,21 @@ public struct VerifyReceiptClient: Sendable {
             return .transportFailure("\(environment.rawValue): the answer is not verifyReceipt JSON")
         }
         return verdict
+    }
+
+    /// The body, or `deadlineExceeded` once `deadline` passes (the read is cancelled, which closes the
+    /// connection).
+    private static func collect(_ body: HTTPClientResponse.Body, upTo limit: Int, before deadline: NIODeadline) async throws -> ByteBuffer {
+        try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
+            group.addTask { try await body.collect(upTo: limit) }
+            group.addTask {
+                try await Task.sleep(for: .nanoseconds(max(0, (deadline - NIODeadline.now()).nanoseconds)))
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let bytes = try await group.next() ?? nil else { throw HTTPClientError.deadlineExceeded }
+            return bytes
+        }
     }
 
     /// A short description of a transport error, without URLs' query strings or bodies.
