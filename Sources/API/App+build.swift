@@ -65,6 +65,8 @@ func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -
     // the error behind it).
     router.add(middleware: RequestMetricsMiddleware())
     router.add(middleware: ErrorMiddleware())
+    let unmatched = UnmatchedRouteMiddleware<TollgateRequestContext>()
+    router.add(middleware: unmatched)
 
     OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database).register(on: router)
 
@@ -86,5 +88,7 @@ func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -
 
     let adminRoutes = router.group("/admin/v1").add(middleware: AdminAuthMiddleware(token: services.configuration.adminToken))
     AdminController(services: services).register(on: adminRoutes)
+    // Without an admin token the admin routes do not exist, under any method.
+    unmatched.learnRoutes(of: router, excludingPathsWithPrefix: services.configuration.adminToken == nil ? "/admin/" : nil)
     return router
 }

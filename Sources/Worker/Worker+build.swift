@@ -43,7 +43,10 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     )
 
     let router = Router()
+    let unmatched = UnmatchedRouteMiddleware<BasicRequestContext>()
+    router.add(middleware: unmatched)
     OperationsRoutes<BasicRequestContext>(registry: registry, redis: redis, database: database).register(on: router)
+    unmatched.learnRoutes(of: router)
     let portFile = configuration.portFile
     let operations = Application(
         router: router,

@@ -60,6 +60,16 @@ struct StartupTests {
             }
             #expect(try await status("/health/live") == 200)
             #expect(try await status("/health/ready") == 503)
+            // Every error is JSON, on the worker's port too.
+            let unknown = try await http.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/nope"), timeout: .seconds(10))
+            #expect(unknown.status == .notFound)
+            #expect(String(buffer: try await unknown.body.collect(upTo: 1 << 16)).contains(#""code":"not_found""#))
+            var post = HTTPClientRequest(url: "http://127.0.0.1:\(port)/metrics")
+            post.method = .POST
+            let wrongMethod = try await http.execute(post, timeout: .seconds(10))
+            #expect(wrongMethod.status == .methodNotAllowed)
+            #expect(wrongMethod.headers.first(name: "Allow") == "GET")
+            #expect(String(buffer: try await wrongMethod.body.collect(upTo: 1 << 16)).contains(#""code":"method_not_allowed""#))
             #expect(worker.log().contains("Redis not ready; retrying"))
             worker.signal(SIGTERM)
             #expect(try await worker.waitForExit(timeout: .seconds(30)) == 0, "\(worker.logTail())")

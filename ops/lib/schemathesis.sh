@@ -17,20 +17,20 @@
 #   TOLLGATE_ST_REPORT_DIR       where the JUnit report and the failing cases' cassette go (default: a temp dir)
 #   TOLLGATE_ST_SPEC             the OpenAPI document (default: openapi.yaml at the repository root)
 #   TOLLGATE_ST_PYTHON           the Python that has (or gets) Schemathesis (default python3)
-#   TOLLGATE_ST_CHECKS           Schemathesis checks, comma-separated (default: the five below)
+#   TOLLGATE_ST_CHECKS           Schemathesis checks, comma-separated (default: the six below)
 #
 # Run the API with TOLLGATE_RATE_LIMIT_PER_S=0: a rate limit would turn the fuzzing into 429s.
 # The run mutates the API's data (it creates publishers, apps and products, submits receipts): point it
 # at a throwaway deployment only.
 #
 # Checks: no 5xx, every status code, Content-Type, documented header and response body as the document
-# says. Exit 0 when all pass, 1 when a check failed, 2 on a usage or setup error. The last line printed
+# says, and an undocumented method on a documented path answered 405 with `Allow`. Exit 0 when all pass, 1 when a check failed, 2 on a usage or setup error. The last line printed
 # is a one-line summary.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 SCHEMATHESIS_REQUIREMENT="schemathesis>=4.3,<5"
-CHECKS="${TOLLGATE_ST_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance}"
+CHECKS="${TOLLGATE_ST_CHECKS:-not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,unsupported_method}"
 # Operations that could lock the run's own publisher out (disable it, rotate its credentials) run last,
 # in a pass of their own, where they only ever see publishers that pass created.
 PUBLISHER_MUTATIONS_REGEX='^(updatePublisher|rotatePublisherCredentials)$'

@@ -20,6 +20,14 @@ public enum JSONBody {
         Self.response(status, ByteBuffer(bytes: object.bytes), headers: headers)
     }
 
+    /// CONTRACT.md's error, `{"code","message"}`.
+    public static func error(_ status: HTTPResponse.Status, code: String, _ message: String, headers: HTTPFields = [:]) -> Response {
+        var object = JSONObjectWriter()
+        object.add("code", code)
+        object.add("message", message)
+        return Self.response(status, object, headers: headers)
+    }
+
     private static func response(_ status: HTTPResponse.Status, _ body: ByteBuffer, headers: HTTPFields) -> Response {
         var headers = headers
         headers[.contentType] = "application/json; charset=utf-8"

@@ -27,6 +27,12 @@ struct AdminRouteTests {
                     expectError(response, .notFound, code: "not_found")
                 }
             }
+            // Nor under another method: a 405 would tell that they exist.
+            for (method, uri) in [(HTTPRequest.Method.delete, "/admin/v1/queue"), (.get, "/admin/v1/publishers")] {
+                let response = try await api.send(method, uri)
+                expectError(response, .notFound, code: "not_found")
+                #expect(response.headers[.allow] == nil)
+            }
             // Nothing was created by any of those calls.
             let count = try await api.services.database.query("SELECT count(*) AS n FROM publishers").first?.decode(Int.self, "n")
             #expect(count == 0)

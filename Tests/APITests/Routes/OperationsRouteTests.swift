@@ -59,6 +59,22 @@ struct OperationsRouteTests {
         }
     }
 
+    @Test("a route's path under another method is a 405 JSON error with Allow", arguments: [
+        (HTTPRequest.Method.get, "/apple/payment", "POST"), (.delete, "/v1/receipts/abc", "GET"), (.post, "/health/live", "GET"),
+        (.head, "/metrics", "GET"), (.put, "/admin/v1/products/\(UUID())", "PATCH"), (.get, "/api/3.0/json", "POST"),
+    ])
+    func wrongMethod(method: HTTPRequest.Method, uri: String, allowed: String) async throws {
+        try await APIHarness.withAPI { api in
+            let response = try await api.send(method, uri, headers: [.contentType: "application/json"], body: "{}")
+            #expect(response.headers[.allow] == allowed)
+            if method == .head {
+                #expect(response.status == .methodNotAllowed)
+            } else {
+                expectError(response, .methodNotAllowed, code: "method_not_allowed")
+            }
+        }
+    }
+
     // MARK: Redis down
 
     @Test("with Redis down: /health/ready is 503 with Retry-After and JSON; live stays 200")
