@@ -122,7 +122,7 @@ struct OutageTests {
         await redis.stop()
     }
 
-    @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503, receipts are still accepted; back up, every job is granted once")
+    @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503, receipts are still accepted, another publisher's job answers as an unknown one; back up, every job is granted once")
     func postgresOutage() async throws {
         let postgres = try await DedicatedPostgres()
         let system = try await TollgateSystem(
@@ -133,6 +133,7 @@ struct OutageTests {
             let worker = try await system.startWorker(name: "e2e-pg-outage")
             let workerPort = try #require(system.workerPorts["e2e-pg-outage"])
             let publisher = try await system.createPublisher(products: [Self.coins])
+            let other = try await system.createPublisher(bundleId: "com.example.e2e.other", products: [Self.coins])
             var jobs: [String] = []
             for index in 0..<30 {
                 // Apple takes 1 s, so these are still being verified when PostgreSQL goes away.
@@ -158,6 +159,11 @@ struct OutageTests {
             let accepted = try await Self.submit(system, publisher, 100)
             #expect(accepted.status == 200, "a submission during the outage got \(accepted.status)")
             if let job = accepted.json["jobId"] as? String { jobs.append(job) }
+            // Another publisher's job answers exactly as an unknown one, here 503: only PostgreSQL could tell.
+            let unknown = try await system.request(.GET, "/v1/receipts/no-such-job", headers: other.headers)
+            let foreign = try await system.request(.GET, "/v1/receipts/\(jobs[0])", headers: other.headers)
+            #expect(unknown.status == 503)
+            #expect(foreign.status == unknown.status, "another publisher's job: \(foreign.status), an unknown one: \(unknown.status)")
 
             try await postgres.start()
             _ = try await Poll.until(timeout: .seconds(30), "worker ready again") {

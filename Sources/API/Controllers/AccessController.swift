@@ -33,7 +33,9 @@ struct AccessController {
         guard let jobId = context.parameters.get("jobId"), jobId.utf8.count <= 64 else { throw APIError.notFound }
         // Redis knows jobs in flight and recent ones; after retention the ledger still knows the outcome.
         var record = try await self.services.queue.record(jobId: jobId)
-        if record == nil {
+        if record?.publisherId != publisher.id {
+            // Another publisher's job is answered exactly as an unknown one, from the ledger (which has
+            // none for this publisher; 503 while PostgreSQL is down).
             record = try await self.services.access.jobOutcome(jobId: jobId, publisherId: publisher.id)
         }
         guard let record, record.publisherId == publisher.id else { throw APIError.notFound }
