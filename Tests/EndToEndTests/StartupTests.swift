@@ -91,6 +91,8 @@ struct StartupTests {
     )
     func stopWhileRedisHangs(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
         let redis = try SilentListener()
+        // It must hold the connections open until the process has exited.
+        defer { withExtendedLifetime(redis) {} }
         let process = try ManagedProcess(
             executable: executable, arguments: arguments,
             environment: environment.merging([

@@ -323,11 +323,11 @@ struct RedisClientTests {
         .timeLimit(.minutes(1))
     )
     func silentServer() async throws {
-        let redis = try SilentListener()
-        var configuration = try RedisConfiguration(url: "redis://127.0.0.1:\(redis.port)/0")
         // The same timeout bounds the connect, which the kernel completes at once; a whole second keeps a
         // busy machine (a parallel build, CI) from turning a late connect event into a connect timeout.
-        configuration.timeoutMilliseconds = 1000
+        let redis = try SilentListener()
+        defer { withExtendedLifetime(redis) {} }
+        let configuration = try redis.redisConfiguration(timeoutMilliseconds: 1000)
         let client = RedisClient(configuration: configuration, connections: 1)
         for _ in 0..<2 {
             let error = await #expect(throws: RedisError.self) { try await client.send("PING") }

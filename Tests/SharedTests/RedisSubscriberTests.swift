@@ -55,8 +55,8 @@ struct RedisSubscriberTests {
     )
     func silentRedis() async throws {
         let redis = try SilentListener()
-        var configuration = try RedisConfiguration(url: "redis://127.0.0.1:\(redis.port)/0")
-        configuration.timeoutMilliseconds = 1000
+        defer { withExtendedLifetime(redis) {} }
+        var configuration = try redis.redisConfiguration(timeoutMilliseconds: 1000)
         let heard = Heard()
         let subscriber = RedisSubscriber(configuration: configuration, channel: "nobody") { heard.append($0) }
         subscriber.start()

@@ -1,4 +1,5 @@
 import Foundation
+import Shared
 
 /// A TCP listener on 127.0.0.1 that takes connections and never answers: a dependency that hangs rather
 /// than refuses (a stalled Redis, a black-holed route).
@@ -30,6 +31,13 @@ public final class SilentListener: @unchecked Sendable {
         }
         self.socket = socket
         self.port = Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    /// A Redis configuration pointing at it, whose every wait (connect, reply) ends after `timeoutMilliseconds`.
+    public func redisConfiguration(timeoutMilliseconds: Int) throws -> RedisConfiguration {
+        var configuration = try RedisConfiguration(url: "redis://127.0.0.1:\(self.port)/0")
+        configuration.timeoutMilliseconds = timeoutMilliseconds
+        return configuration
     }
 
     /// Takes the connections waiting, keeps them open, and returns how many it holds in all.
