@@ -102,10 +102,10 @@ struct StartupTests {
             portFileVariable: portFileVariable
         )
         do {
-            // Its first call to Redis now waits for an answer that never comes (10 s, then a retry): a SIGTERM
-            // from here on must stop it gracefully, not kill it.
-            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(executable) to connect to Redis") {
-                redis.acceptWaiting() > 0 ? true : nil
+            // Its first command to Redis now waits for an answer that never comes (10 s, then a retry): a
+            // SIGTERM from here on must stop it gracefully, not kill it.
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(executable) to send Redis a command") {
+                redis.bytesReceived() > 0 ? true : nil
             }
             process.signal(SIGTERM)
             #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")

@@ -64,12 +64,13 @@ struct RedisSubscriberTests {
         await subscriber.shutdown()
         #expect(heard.all == [.unavailable("no reply within 1000 ms")])
 
-        // A reply timeout far past the test's time limit: only the shutdown can end the wait for the reply.
+        // A reply timeout far past the test's time limit: once SUBSCRIBE is sent, only the shutdown can end
+        // the wait for its confirmation.
         configuration.timeoutMilliseconds = 600_000
         let waiting = RedisSubscriber(configuration: configuration, channel: "nobody") { _ in }
-        let before = redis.acceptWaiting()
+        let before = redis.bytesReceived()
         waiting.start()
-        _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "the subscriber to connect") { redis.acceptWaiting() > before ? true : nil }
+        _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "SUBSCRIBE sent") { redis.bytesReceived() > before ? true : nil }
         await waiting.shutdown()
     }
 }

@@ -8,6 +8,7 @@ public final class SilentListener: @unchecked Sendable {
     private let lock = NSLock()
     private let socket: Int32
     private var accepted: [Int32] = []
+    private var received = 0
     /// The port it listens on.
     public let port: Int
 
@@ -40,13 +41,19 @@ public final class SilentListener: @unchecked Sendable {
         return configuration
     }
 
-    /// Takes the connections waiting, keeps them open, and returns how many it holds in all.
-    public func acceptWaiting() -> Int {
+    /// Takes the connections waiting and keeps them open; returns how many bytes all of them have sent
+    /// so far (read and dropped): more than 0 once a client has sent a command and waits for its reply.
+    public func bytesReceived() -> Int {
         self.lock.withLock {
             while case let connection = accept(self.socket, nil, nil), connection >= 0 {
+                _ = fcntl(connection, F_SETFL, fcntl(connection, F_GETFL) | O_NONBLOCK)
                 self.accepted.append(connection)
             }
-            return self.accepted.count
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            for connection in self.accepted {
+                while case let count = read(connection, &buffer, buffer.count), count > 0 { self.received += count }
+            }
+            return self.received
         }
     }
 

@@ -16,7 +16,7 @@ struct PromoterTests {
                 try await harness.redis.send("XADD", dead, id, "job", job, "reason", "internal", "detail", "", "at", "0")
             }
             let promoter = Promoter(queue: harness.queue, lostAfterMilliseconds: 1000, retentionSeconds: retention, logger: Logger(label: "test.promoter"))
-            let running = Task { try await promoter.run() }
+            let running = Task { await promoter.run() }
             defer { running.cancel() }
             let left = try await Poll.until(timeout: .seconds(20), "the old dead letter dropped") {
                 let ids = try await harness.queue.deadLetters(limit: 10).map(\.jobId)
@@ -24,7 +24,7 @@ struct PromoterTests {
             }
             #expect(left == ["kept"])
             running.cancel()
-            _ = try? await running.value
+            await running.value
         }
     }
 }

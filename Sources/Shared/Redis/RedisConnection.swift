@@ -142,10 +142,11 @@ final class RedisConnection {
             if done != 0 { return nil }
             // The socket's buffer is full (it never blocks): wait until it takes more.
             let waited = self.wait(for: POLLOUT, on: context.pointee.fd, timeoutMilliseconds: self.timeoutMilliseconds)
-            guard case .success(.ready) = waited else {
-                self.drop()
-                if case .failure(let error) = waited { return error }
-                return RedisError(.connection, "could not send to Redis within \(self.timeoutMilliseconds) ms")
+            switch waited {
+            case .success(.ready): continue
+            case .success(.timedOut): self.drop(); return RedisError(.connection, "could not send to Redis within \(self.timeoutMilliseconds) ms")
+            case .success(.woken): self.drop(); return RedisError(.connection, "stopped while sending to Redis")
+            case .failure(let error): self.drop(); return error
             }
         }
     }
@@ -158,13 +159,19 @@ final class RedisConnection {
         case woken
     }
 
-    /// Polls `descriptor` for `events`, beside `wake`.
+    /// Polls `descriptor` for `events`, beside `wake`, for at most `timeoutMilliseconds` in all.
     private func wait(for events: Int32, on descriptor: Int32, timeoutMilliseconds: Int32) -> Result<Readiness, RedisError> {
+        let deadline = ContinuousClock.now + .milliseconds(timeoutMilliseconds)
+        var left = timeoutMilliseconds
         while true {
             var descriptors = [pollfd(fd: descriptor, events: Int16(events), revents: 0), pollfd(fd: self.wake, events: Int16(POLLIN), revents: 0)]
-            let ready = poll(&descriptors, 2, timeoutMilliseconds)
+            let ready = poll(&descriptors, 2, left)
             if ready < 0 {
-                if errno == EINTR { continue }
+                if errno == EINTR {
+                    let remaining = ContinuousClock.now.duration(to: deadline).components
+                    left = Int32(clamping: max(0, remaining.seconds * 1000 + remaining.attoseconds / 1_000_000_000_000_000))
+                    continue
+                }
                 return .failure(RedisError(.connection, "poll failed: errno \(errno)"))
             }
             if ready == 0 { return .success(.timedOut) }
@@ -175,6 +182,7 @@ final class RedisConnection {
 
     /// Connects without blocking past `wake`: a host that drops the connection attempt is given the
     /// configured timeout. The socket stays non-blocking; every read and write waits in ``wait(for:on:timeoutMilliseconds:)``.
+    /// Only resolving the host name (hiredis' `getaddrinfo`) cannot be cut short.
     private func connect() throws {
         let address = "\(self.configuration.host):\(self.configuration.port)"
         guard let context = redisConnectNonBlock(self.configuration.host, Int32(self.configuration.port)) else {

@@ -68,6 +68,9 @@ enum APIHarness {
         let registry = PrometheusCollectorRegistry()
         let built = try await buildApplication(configuration: configuration, logger: logger, registry: registry)
         let services = built.services
+        // The API prepares the queue in a service beside the server; tests that act as a worker need the
+        // consumer group before their first read. (Fails harmlessly where the test's Redis is down.)
+        try? await services.queue.prepare()
         let inspector = try TestEnvironment.redis(connections: 1)
 
         func cleanUp() async {
