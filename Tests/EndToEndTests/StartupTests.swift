@@ -90,28 +90,28 @@ struct StartupTests {
         ] as [(String, [String], [String: String], String)]
     )
     func stopWhileRedisHangs(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
-        let redis = try SilentListener()
-        // It must hold the connections open until the process has exited.
-        defer { withExtendedLifetime(redis) {} }
-        let process = try ManagedProcess(
-            executable: executable, arguments: arguments,
-            environment: environment.merging([
-                "TOLLGATE_REDIS_URL": "redis://127.0.0.1:\(redis.port)/0", "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
-                "TOLLGATE_HTTP_HOST": "127.0.0.1",
-            ]) { _, new in new },
-            portFileVariable: portFileVariable
-        )
-        do {
-            // Its first command to Redis now waits for an answer that never comes (10 s, then a retry): a
-            // SIGTERM from here on must stop it gracefully, not kill it.
-            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(executable) to send Redis a command") {
-                redis.bytesReceived() > 0 ? true : nil
+        // The listener holds the connections open until the process has exited.
+        try await SilentListener.with { redis in
+            let process = try ManagedProcess(
+                executable: executable, arguments: arguments,
+                environment: environment.merging([
+                    "TOLLGATE_REDIS_URL": "redis://127.0.0.1:\(redis.port)/0", "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
+                    "TOLLGATE_HTTP_HOST": "127.0.0.1",
+                ]) { _, new in new },
+                portFileVariable: portFileVariable
+            )
+            do {
+                // Its first command to Redis now waits for an answer that never comes (10 s, then a retry): a
+                // SIGTERM from here on must stop it gracefully, not kill it.
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(executable) to send Redis a command") {
+                    redis.bytesReceived() > 0 ? true : nil
+                }
+                process.signal(SIGTERM)
+                #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+            } catch {
+                await process.stop()
+                throw error
             }
-            process.signal(SIGTERM)
-            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
-        } catch {
-            await process.stop()
-            throw error
         }
     }
 }

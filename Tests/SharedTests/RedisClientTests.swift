@@ -323,18 +323,18 @@ struct RedisClientTests {
         .timeLimit(.minutes(1))
     )
     func silentServer() async throws {
-        // The same timeout bounds the connect, which the kernel completes at once; a whole second keeps a
-        // busy machine (a parallel build, CI) from turning a late connect event into a connect timeout.
-        let redis = try SilentListener()
-        defer { withExtendedLifetime(redis) {} }
-        let configuration = try redis.redisConfiguration(timeoutMilliseconds: 1000)
-        let client = RedisClient(configuration: configuration, connections: 1)
-        for _ in 0..<2 {
-            let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
-            #expect(error?.code == .connection)
-            #expect(error?.message.contains("no reply within 1000 ms") == true, "\(String(describing: error))")
+        try await SilentListener.with { redis in
+            // The same timeout bounds the connect, which the kernel completes at once; a whole second keeps a
+            // busy machine (a parallel build, CI) from turning a late connect event into a connect timeout.
+            let configuration = try redis.redisConfiguration(timeoutMilliseconds: 1000)
+            let client = RedisClient(configuration: configuration, connections: 1)
+            for _ in 0..<2 {
+                let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
+                #expect(error?.code == .connection)
+                #expect(error?.message.contains("no reply within 1000 ms") == true, "\(String(describing: error))")
+            }
+            await client.shutdown()
         }
-        await client.shutdown()
     }
 
     @Test("after shutdown, commands fail with .closed")

@@ -54,23 +54,23 @@ struct RedisSubscriberTests {
         .timeLimit(.minutes(1))
     )
     func silentRedis() async throws {
-        let redis = try SilentListener()
-        defer { withExtendedLifetime(redis) {} }
-        var configuration = try redis.redisConfiguration(timeoutMilliseconds: 1000)
-        let heard = Heard()
-        let subscriber = RedisSubscriber(configuration: configuration, channel: "nobody") { heard.append($0) }
-        subscriber.start()
-        _ = try await Poll.until(timeout: .seconds(30), "reported unavailable") { heard.all.isEmpty ? nil : true }
-        await subscriber.shutdown()
-        #expect(heard.all == [.unavailable("no reply within 1000 ms")])
+        try await SilentListener.with { redis in
+            var configuration = try redis.redisConfiguration(timeoutMilliseconds: 1000)
+            let heard = Heard()
+            let subscriber = RedisSubscriber(configuration: configuration, channel: "nobody") { heard.append($0) }
+            subscriber.start()
+            _ = try await Poll.until(timeout: .seconds(30), "reported unavailable") { heard.all.isEmpty ? nil : true }
+            await subscriber.shutdown()
+            #expect(heard.all == [.unavailable("no reply within 1000 ms")])
 
-        // A reply timeout far past the test's time limit: once SUBSCRIBE is sent, only the shutdown can end
-        // the wait for its confirmation.
-        configuration.timeoutMilliseconds = 600_000
-        let waiting = RedisSubscriber(configuration: configuration, channel: "nobody") { _ in }
-        let before = redis.bytesReceived()
-        waiting.start()
-        _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "SUBSCRIBE sent") { redis.bytesReceived() > before ? true : nil }
-        await waiting.shutdown()
+            // A reply timeout far past the test's time limit: once SUBSCRIBE is sent, only the shutdown can end
+            // the wait for its confirmation.
+            configuration.timeoutMilliseconds = 600_000
+            let waiting = RedisSubscriber(configuration: configuration, channel: "nobody") { _ in }
+            let before = redis.bytesReceived()
+            waiting.start()
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "SUBSCRIBE sent") { redis.bytesReceived() > before ? true : nil }
+            await waiting.shutdown()
+        }
     }
 }

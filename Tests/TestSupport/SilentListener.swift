@@ -12,6 +12,14 @@ public final class SilentListener: @unchecked Sendable {
     /// The port it listens on.
     public let port: Int
 
+    /// Runs `body` with a listener that stays open, holding every connection it took, until `body`
+    /// returns (a local one could be closed right after its last use).
+    public static func with<T>(_ body: (SilentListener) async throws -> T) async throws -> T {
+        let listener = try SilentListener()
+        defer { withExtendedLifetime(listener) {} }
+        return try await body(listener)
+    }
+
     /// Listens on a free port.
     public init() throws {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
