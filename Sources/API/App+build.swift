@@ -60,7 +60,8 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
 
 /// The routes: operations, publisher API, admin API.
 func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -> Router<TollgateRequestContext> {
-    let router = Router(context: TollgateRequestContext.self)
+    let router = Router(context: TollgateRequestContext.self, options: .autoGenerateHeadEndpoints)
+    router.add(middleware: HeadRequestMiddleware())
     // The metrics outside the error middleware, so they count the status the client got (a 503, not
     // the error behind it).
     router.add(middleware: RequestMetricsMiddleware())

@@ -42,7 +42,8 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
         logger: logger
     )
 
-    let router = Router()
+    let router = Router(options: .autoGenerateHeadEndpoints)
+    router.add(middleware: HeadRequestMiddleware())
     let unmatched = UnmatchedRouteMiddleware<BasicRequestContext>()
     router.add(middleware: unmatched)
     OperationsRoutes<BasicRequestContext>(registry: registry, redis: redis, database: database).register(on: router)

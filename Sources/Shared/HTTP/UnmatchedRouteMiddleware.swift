@@ -5,6 +5,7 @@ import Synchronization
 /// `Allow` when its path is a route's under other methods (RFC 9110), else 404 `not_found`.
 ///
 /// Add it before the routes, then hand it the finished router with ``learnRoutes(of:excludingPathsWithPrefix:)``.
+/// The router is expected to generate `HEAD` endpoints for its `GET` routes.
 public final class UnmatchedRouteMiddleware<Context: RequestContext>: RouterMiddleware, Sendable {
     private let routes = Mutex<[(path: RouterPath, method: HTTPRequest.Method)]>([])
 
@@ -19,15 +20,17 @@ public final class UnmatchedRouteMiddleware<Context: RequestContext>: RouterMidd
         self.routes.withLock { $0 = routes }
     }
 
-    /// The methods the routes matching `path` answer, sorted; empty when no route matches it.
+    /// The methods the routes matching `path` answer, sorted; empty when no route matches it. `HEAD` comes
+    /// with `GET`: the router answers it wherever `GET` works (`RouterOptions.autoGenerateHeadEndpoints`).
     public func allowedMethods(for path: String) -> [String] {
         let segments = path.split(separator: "/", omittingEmptySubsequences: true)
-        let methods = self.routes.withLock { routes in
+        var methods = Set(self.routes.withLock { routes in
             routes.filter { route in
                 route.path.components.count == segments.count && zip(route.path.components, segments).allSatisfy { $0 ~= $1 }
-            }.map(\.method.rawValue)
-        }
-        return Set(methods).sorted()
+            }.map(\.method)
+        })
+        if methods.contains(.get) { methods.insert(.head) }
+        return methods.map(\.rawValue).sorted()
     }
 
     public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {

@@ -59,19 +59,45 @@ struct OperationsRouteTests {
         }
     }
 
-    @Test("a route's path under another method is a 405 JSON error with Allow", arguments: [
-        (HTTPRequest.Method.get, "/apple/payment", "POST"), (.delete, "/v1/receipts/abc", "GET"), (.post, "/health/live", "GET"),
-        (.head, "/metrics", "GET"), (.put, "/admin/v1/products/\(UUID())", "PATCH"), (.get, "/api/3.0/json", "POST"),
+    @Test("a route's path under another method is a 405 JSON error with Allow; HEAD comes with GET", arguments: [
+        (HTTPRequest.Method.get, "/apple/payment", "POST"), (.delete, "/v1/receipts/abc", "GET, HEAD"), (.post, "/health/live", "GET, HEAD"),
+        (.put, "/admin/v1/products/\(UUID())", "PATCH"), (.get, "/api/3.0/json", "POST"),
     ])
     func wrongMethod(method: HTTPRequest.Method, uri: String, allowed: String) async throws {
         try await APIHarness.withAPI { api in
             let response = try await api.send(method, uri, headers: [.contentType: "application/json"], body: "{}")
             #expect(response.headers[.allow] == allowed)
-            if method == .head {
-                #expect(response.status == .methodNotAllowed)
-            } else {
-                expectError(response, .methodNotAllowed, code: "method_not_allowed")
+            expectError(response, .methodNotAllowed, code: "method_not_allowed")
+        }
+    }
+
+    @Test("HEAD answers what GET would, without a body, errors included (RFC 9110)")
+    func head() async throws {
+        try await APIHarness.withAPI { api in
+            let tenant = try await api.provisionTenant()
+            func expectHead(_ uri: String, headers: HTTPFields = [:], _ status: HTTPResponse.Status, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+                let get = try await api.send(.get, uri, headers: headers)
+                let head = try await api.send(.head, uri, headers: headers)
+                #expect(get.status == status, "\(get.text)", sourceLocation: sourceLocation)
+                #expect(head.status == status, sourceLocation: sourceLocation)
+                #expect(head.body.readableBytes == 0, "\(head.text)", sourceLocation: sourceLocation)
+                #expect(get.body.readableBytes > 0, sourceLocation: sourceLocation)
+                #expect(head.headers[.contentType] == get.headers[.contentType], sourceLocation: sourceLocation)
             }
+            try await expectHead("/health/live", .ok)
+            try await expectHead("/health/ready", .ok)
+            api.registry.makeCounter(name: "tollgate_apitest_head_total").increment()
+            try await expectHead("/metrics", .ok)
+            let status = ReadRouteTests.query("viewer@example.com", Tenant.Offer.pass)
+            try await expectHead(status, headers: tenant.credentialHeaders, .ok)
+            try await expectHead(status, .unauthorized)
+            try await expectHead("/v1/receipts/\(UUID().uuidString.lowercased())", headers: tenant.credentialHeaders, .notFound)
+            try await expectHead("/nope", .notFound)
+            // A path that has no GET: 405 naming what it has, still without a body.
+            let post = try await api.send(.head, "/apple/payment")
+            #expect(post.status == .methodNotAllowed)
+            #expect(post.headers[.allow] == "POST")
+            #expect(post.body.readableBytes == 0)
         }
     }
 
