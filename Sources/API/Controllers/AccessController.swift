@@ -30,7 +30,8 @@ struct AccessController {
 
     @Sendable func job(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         let publisher = try context.requirePublisher()
-        guard let jobId = context.parameters.get("jobId"), jobId.utf8.count <= 64 else { throw APIError.notFound }
+        // Job ids are lower-case UUIDs; a client that upper-cased one (as `UUID.uuidString` does) means the same job.
+        guard let jobId = context.parameters.get("jobId")?.lowercased(), jobId.utf8.count <= 64 else { throw APIError.notFound }
         // Redis knows jobs in flight and recent ones; after retention the ledger still knows the outcome.
         var record = try await self.services.queue.record(jobId: jobId)
         if record?.publisherId != publisher.id {

@@ -180,6 +180,8 @@ struct AdminController {
                 publisherId: publisherId, bundleId: bundleId, productId: productId, offerId: offerId, kind: kind, title: title,
                 description: description, coins: amounts.coins, durationDays: amounts.durationDays, enabled: enabled
             ))
+            // The offer may be cached with the products other apps sell under it.
+            self.services.offers.remove(OfferKey(publisherId: product.publisherId, offerId: product.offerId))
             return JSONBody.response(.created, ProductView(product))
         } catch CatalogError.unknownPublisher {
             throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")

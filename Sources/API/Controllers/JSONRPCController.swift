@@ -43,10 +43,11 @@ struct JSONRPCController {
         }
         guard let params = try json.object("params") else { throw APIError.missingField("params") }
         let token = try params.requiredString("customerToken")
-        let offerId = try FieldRules.offerId(params.requiredString("offerId"), field: "params.offerId")
+        // The token is the credential: a wrong one answers 401 whatever else the call holds.
         guard let (publisher, identity) = try await self.services.authenticator.authenticate(customerToken: token) else {
             throw APIError.unauthorized
         }
+        let offerId = try FieldRules.offerId(params.requiredString("offerId"), field: "params.offerId")
         let view = try await self.access.access(publisherId: publisher.id, customerEmail: identity.customerEmail, offerId: offerId, offerField: "params.offerId")
         return JSONBody.response(
             .ok, Answer(result: .init(accessGranted: view.accessGranted, expiresAt: view.expiresAt)),

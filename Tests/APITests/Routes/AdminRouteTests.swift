@@ -383,6 +383,23 @@ struct AdminRouteTests {
         }
     }
 
+    @Test("a product created under an offer another app sells is taken by the next submission, not after the offer cache expires")
+    func productJoinsCachedOffer() async throws {
+        try await APIHarness.withAPI { api in
+            let tenant = try await api.provisionTenant()
+            let productId = try #require(tenant.productIds[Tenant.Offer.pass])
+            #expect(try await api.admin(.patch, "/admin/v1/products/\(productId)", json: ["enabled": false]).status == .ok)
+            // The refusal caches the offer with its one (disabled) product.
+            expectError(try await api.pay(tenant, Payment.body()), .unprocessableContent, code: "offer_disabled", field: "offerId")
+
+            let tvos = try await api.admin(.post, "/admin/v1/products", json: Self.product(tenant.publisherId, [
+                "bundleId": "com.example.tvos", "productId": "tv.pass.30days", "offerId": Tenant.Offer.pass, "kind": "non_renewing", "durationDays": 30,
+            ]))
+            #expect(tvos.status == .created, "\(tvos.text)")
+            _ = try await api.submit(tenant, Payment.body(appType: "tvos"))
+        }
+    }
+
     @Test("PATCH validates: unknown product 404, ill-typed fields 400, bad amounts 422")
     func patchInvalid() async throws {
         try await APIHarness.withAPI { api in

@@ -62,6 +62,10 @@ struct ReadRouteTests {
             }
             // The job answer carries no receipt data.
             #expect(!response.text.contains("receiptData"))
+            // The id in upper case (as `UUID.uuidString` writes it) names the same job.
+            let upper = try await api.get(tenant, "/v1/receipts/\(jobId.uppercased())")
+            #expect(upper.status == .ok)
+            #expect(try upper.json()["jobId"] as? String == jobId)
         }
     }
 
@@ -92,6 +96,7 @@ struct ReadRouteTests {
             #expect(body["status"] as? String == "granted")
             #expect(body["customerEmail"] as? String == "ledger@example.com")
             #expect(body["environment"] as? String == "Production")
+            #expect(try await api.get(tenant, "/v1/receipts/\(jobId.uppercased())").status == .ok)
             expectError(try await api.get(other, "/v1/receipts/\(jobId)"), .notFound, code: "not_found")
         }
     }
