@@ -248,7 +248,7 @@ struct AdminController {
     }
 
     @Sendable func requeue(_ request: Request, context: TollgateRequestContext) async throws -> Response {
-        guard let jobId = context.parameters.get("jobId"), let record = try await self.services.queue.record(jobId: jobId) else {
+        guard let jobId = context.parameters.get("jobId")?.lowercased(), let record = try await self.services.queue.record(jobId: jobId) else {
             throw APIError.notFound
         }
         let outcome = try await self.services.queue.requeue(

@@ -489,7 +489,7 @@ struct AdminRouteTests {
             #expect(failed["status"] as? String == "failed")
             #expect(failed["reason"] as? String == "apple_unavailable")
 
-            let requeued = try await api.admin(.post, "/admin/v1/dead-letters/\(first)/requeue")
+            let requeued = try await api.admin(.post, "/admin/v1/dead-letters/\(first.uppercased())/requeue")
             #expect(requeued.status == .ok)
             #expect(try requeued.json()["jobId"] as? String == first)
             #expect(try requeued.json()["status"] as? String == "queued")
