@@ -27,8 +27,10 @@ struct Fulfiller: Sendable {
         }
     }
 
-    /// The outcome an earlier attempt of the job committed in PostgreSQL, if any; nil when there is none or
-    /// PostgreSQL cannot tell now (the attempt then runs as usual).
+    /// The outcome an earlier attempt of the job committed in PostgreSQL, if any; nil when there is none
+    /// (the attempt then runs as usual). When PostgreSQL cannot tell now, a retry: asking Apple instead
+    /// could end the job on an answer that needs no database (a shared-secret mismatch, say) while
+    /// PostgreSQL holds its grant.
     func committed(_ job: ReceiptJob, logger: Logger) async -> FulfilmentOutcome? {
         do {
             guard let grant = try await self.grants.committedGrant(job) else { return nil }
@@ -37,7 +39,7 @@ struct Fulfiller: Sendable {
             )
         } catch {
             logger.warning("cannot look up an earlier attempt's grant", metadata: ["error": "\(error)"])
-            return nil
+            return .retry(.internal, detail: "looking up an earlier attempt's grant: \(Self.describe(error))", attemptLimit: nil, exhausted: .failed(.internal))
         }
     }
 

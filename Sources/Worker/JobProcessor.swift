@@ -38,6 +38,12 @@ struct JobProcessor: Sendable {
             logger.warning("job status is gone; acknowledging its entry")
             try? await self.queue.acknowledge(delivery)
         case .poison(let job, let attempt):
+            if let committed = await self.fulfiller.committed(job, logger: logger), case .granted = committed {
+                // Its grant committed; only recording it never happened (the worker died after the commit each
+                // time): granted, not failed.
+                await self.record(committed, delivery: delivery, job: job, attempt: attempt, acceptedAt: job.acceptedAtMilliseconds, logger: logger)
+                return
+            }
             let detail = "poison: started \(attempt) times without finishing"
             do {
                 try await self.deadLetter(delivery, job: job, reason: .internal, detail: detail, now: WallClock.nowMilliseconds(), logger: logger)

@@ -45,6 +45,34 @@ struct AppleRulesProductKindTests {
         }
     }
 
+    @Test("a subscription one job granted, lapsed since: another job for it is rejected expired, as a first check of it would be")
+    func lapsedSubscriptionAgain() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+            let now = Millis.now
+            let original = ScenarioReceipt.transactionId()
+            let paid = ScenarioEntry("monthly", original, original: original, purchase: now - 20 * Millis.day, expires: now + 10 * Millis.day)
+            let first = try await harness.workUntilFinal(try await harness.submit(
+                offerId: "MONTHLY", transactionId: original, receipt: ScenarioReceipt.make(bundleId: Self.bundle, entries: [paid])
+            ))
+            #expect(first.status == .granted)
+
+            // Time passes: the period ends unrenewed. The access ran out yesterday, and Apple says so.
+            let ended = now - Millis.day
+            try await harness.database.query("UPDATE entitlements SET expires_at = $1", [Date(timeIntervalSince1970: Double(ended) / 1000)])
+            let lapsed = ScenarioEntry("monthly", original, original: original, purchase: now - 20 * Millis.day, expires: ended)
+            let again = try await harness.workUntilFinal(try await harness.inject(
+                offerId: "MONTHLY", transactionId: original, receipt: ScenarioReceipt.make(bundleId: Self.bundle, entries: [lapsed])
+            ))
+            #expect(again.status == .rejected, "\(again)")
+            #expect(again.reason == "expired")
+            #expect(again.expiresAt == Int(ended / 1000))
+            #expect(try await harness.access("MONTHLY").granted == false)
+            #expect(try await harness.ledgerRow(original)?.state == "fulfilled", "the first job's grant stands")
+        }
+    }
+
     @Test("a refunded period of the product switched to takes that offer's access, and leaves the other product's alone")
     func switchedPeriodRefunded() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in

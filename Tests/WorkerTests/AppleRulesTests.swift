@@ -302,30 +302,108 @@ struct AppleRulesTests {
         return (transaction, try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
     }
 
+    /// Attempt 1 of the next job on the stream, against the emulator: started, fulfilled in PostgreSQL, and
+    /// then its worker (consumer "dead") died before recording the outcome. Returns its fulfilment.
+    @discardableResult
+    private static func fulfilThenDie(
+        _ harness: WorkerHarness, jobId: String, expect expected: FulfilmentOutcome, sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> (QueueDelivery, ReceiptJob) {
+        let delivery = try #require(try await harness.queue.readNew(consumer: "dead", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
+        #expect(delivery.jobId == jobId, sourceLocation: sourceLocation)
+        guard case .ready(let job, 1, _) = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 10) else {
+            throw ManagedProcess.Failure("attempt 1 did not start")
+        }
+        #expect(await harness.emulatorFulfiller().fulfil(job, logger: Logger(label: "test.worker")) == expected, sourceLocation: sourceLocation)
+        return (delivery, job)
+    }
+
+    /// A peer claims what the dead worker held (attempt 2 of `jobId`, with Apple down) and processes it.
+    private static func claimAsPeer(_ harness: WorkerHarness, jobId: String) async throws {
+        let claimed = try await harness.queue.autoclaim(consumer: "peer", minIdleMilliseconds: 0, cursor: "0-0", count: 1).deliveries
+        #expect(claimed.map(\.jobId) == [jobId])
+        for delivery in claimed { await harness.processor.process(delivery) }
+    }
+
     @Test("a replay of a job whose grant committed before its outcome was recorded finishes granted, though Apple fails since")
     func replayAfterCommittedGrant() async throws {
         // The harness' own worker finds Apple down; the first attempt ran against the emulator.
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
             let (transaction, jobId) = try await Self.submitPremium(harness)
-
-            // Attempt 1: started and granted in PostgreSQL, then the worker died before recording it.
-            let first = try #require(try await harness.queue.readNew(consumer: "dead", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
-            guard case .ready(let job, 1, _) = try await harness.queue.start(first, now: WallClock.nowMilliseconds(), maxStarts: 10) else {
-                Issue.record("attempt 1 did not start")
-                return
-            }
-            let emulator = harness.emulatorFulfiller()
-            #expect(await emulator.fulfil(job, logger: Logger(label: "test.worker")) == .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
+            try await Self.fulfilThenDie(harness, jobId: jobId, expect: .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
 
             // A peer claims the entry: attempt 2 finds Apple down, and the grant already there.
-            let claimed = try await harness.queue.autoclaim(consumer: "peer", minIdleMilliseconds: 0, cursor: "0-0", count: 1).deliveries
-            #expect(claimed.map(\.jobId) == [jobId])
-            for delivery in claimed { await harness.processor.process(delivery) }
+            try await Self.claimAsPeer(harness, jobId: jobId)
             let record = try await harness.record(jobId)
             #expect(record.status == .granted)
             #expect(record.attempts == 2)
             #expect(record.environment == "Production")
             #expect(try await harness.access("PREMIUM") == (true, nil))
+        }
+    }
+
+    @Test("a job that found its purchase granted by another job: its replay finishes granted though Apple fails since, and the ledger keeps its outcome")
+    func replayOfPurchaseGrantedBefore() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
+            let (transaction, firstJob) = try await Self.submitPremium(harness)
+            let granted = FulfilmentOutcome.granted(environment: "Production", expiresAt: nil, claimed: [transaction])
+            // The first job grants it and records that.
+            let (first, job) = try await Self.fulfilThenDie(harness, jobId: firstJob, expect: granted)
+            try await harness.queue.finish(
+                first, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: nil, now: WallClock.nowMilliseconds(),
+                retentionSeconds: 3600, claimed: [transaction]
+            )
+
+            // The same purchase again, in other bytes and without its transaction id: a job of its own, which
+            // grants on the first job's ledger row, and whose worker dies before recording that.
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: ["copy": 2])
+            let secondJob = try await harness.submit(offerId: "PREMIUM", transactionId: nil, receipt: receipt)
+            try await Self.fulfilThenDie(harness, jobId: secondJob, expect: granted)
+            try await Self.claimAsPeer(harness, jobId: secondJob)
+            let record = try await harness.record(secondJob)
+            #expect(record.status == .granted, "\(record)")
+            #expect(record.attempts == 2)
+
+            // Once its Redis status has expired, the ledger still answers for it.
+            let outcome = try await AccessStore(database: harness.database).jobOutcome(jobId: secondJob, publisherId: harness.publisher.id)
+            #expect(outcome?.status == .granted)
+            #expect(outcome?.offerId == "PREMIUM")
+            #expect(outcome?.environment == "Production")
+        }
+    }
+
+    @Test("a job started too often without finishing, whose grant committed, ends granted, not failed")
+    func poisonWithCommittedGrant() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
+            let (transaction, jobId) = try await Self.submitPremium(harness)
+            try await Self.fulfilThenDie(harness, jobId: jobId, expect: .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
+            // Every later start died too, up to the processor's limit.
+            _ = try await harness.redis.send("HSET", harness.queue.keys.job(jobId), "attempts", String(harness.processor.maxStarts))
+            try await Self.claimAsPeer(harness, jobId: jobId)
+            let record = try await harness.record(jobId)
+            #expect(record.status == .granted, "\(record)")
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+        }
+    }
+
+    @Test("when PostgreSQL cannot tell whether an earlier attempt granted, the attempt is retried, not run against Apple")
+    func committedLookupFails() async throws {
+        try await WorkerHarness.with { harness in
+            let (transaction, jobId) = try await Self.submitPremium(harness)
+            let job = ReceiptJob(
+                jobId: jobId, publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "PREMIUM", transactionId: transaction,
+                receiptData: "e30=", appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+            )
+            // A database that does not exist: every query fails at once.
+            let base = try TestEnvironment.databaseURL()
+            let missing = PostgresClient(url: base[..<(base.lastIndex(of: "/") ?? base.endIndex)] + "/no_such_database_\(UInt32.random(in: 0...UInt32.max))", connections: 1)
+            try await TestEnvironment.using(missing) {
+                let fulfiller = Fulfiller(catalog: harness.catalog, grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple)
+                let outcome = await fulfiller.committed(job, logger: Logger(label: "test.worker"))
+                guard case .retry(.internal, _, nil, .failed(.internal)) = outcome else {
+                    Issue.record("expected a retry, got \(String(describing: outcome))")
+                    return
+                }
+            }
         }
     }
 

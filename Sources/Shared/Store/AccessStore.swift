@@ -32,14 +32,22 @@ public struct AccessStore: Sendable {
 
     /// A finished job's outcome from the ledger, for when its Redis status has expired (retention).
     /// A job that granted stays `granted` after a later refund (a final status never changes; the refund
-    /// shows in the access status); one whose own check found nothing to grant is `rejected`.
+    /// shows in the access status); one whose own check found nothing to grant is `rejected`. A job that
+    /// granted a purchase another job brought in is found through `granted_jobs`.
     public func jobOutcome(jobId: String, publisherId: UUID) async throws -> JobRecord? {
         guard let row = try await self.database.query(
             """
-            SELECT fulfilled_at IS NOT NULL AS fulfilled, last_error, environment, customer_email, offer_id, granted_until
-            FROM transactions
-            WHERE job_id = $1 AND publisher_id = $2 AND state IN ('fulfilled', 'invalidated')
-            ORDER BY id LIMIT 1
+            SELECT 0 AS source, true AS fulfilled, NULL AS last_error, t.environment, t.customer_email, g.offer_id, g.granted_until
+            FROM granted_jobs g JOIN transactions t ON t.id = g.transaction_ref
+            WHERE g.job_id = $1 AND t.publisher_id = $2
+            UNION ALL
+            SELECT * FROM (
+                SELECT 1, fulfilled_at IS NOT NULL, last_error, environment, customer_email, offer_id, granted_until
+                FROM transactions
+                WHERE job_id = $1 AND publisher_id = $2 AND state IN ('fulfilled', 'invalidated')
+                ORDER BY id LIMIT 1
+            ) own
+            ORDER BY source LIMIT 1
             """,
             [jobId, publisherId]
         ).first else { return nil }

@@ -86,8 +86,16 @@ public struct GrantStore: Sendable {
         let resubscribed = request.product.kind == .autoRenewable && ledger.entitlement?.active != true
             && Self.newExpiry(request: request, current: ledger.entitlement) != nil
         if ledger.state == "fulfilled", !resubscribed {
-            try await session.query("COMMIT")
-            return .granted(expiresAt: ledger.entitlement?.expiresAt ?? ledger.grantedUntil)
+            let expiresAt = ledger.entitlement?.expiresAt ?? ledger.grantedUntil
+            let lapses = request.product.kind == .autoRenewable || request.product.kind == .nonRenewing
+            if ledger.jobId != job.jobId, lapses, ledger.entitlement?.active == false, let end = expiresAt, end <= request.verifiedAt {
+                // Another job granted it, and the access it gave has run out since (a lapsed subscription, a
+                // pass whose days are over): this job finds nothing to grant, as a first check of it would.
+                try await session.query("COMMIT")
+                return .expired(expiresAt: end)
+            }
+            try await session.pipeline(Self.grantedJob(request, ledger: ledger, expiresAt: expiresAt) + [("COMMIT", [])])
+            return .granted(expiresAt: expiresAt)
         }
         let expiresAt: Date?
         let write: (String, [any PostgresEncodable])
@@ -153,22 +161,37 @@ public struct GrantStore: Sendable {
                 """,
                 [ledger.id, expiresAt, request.product.kind == .nonRenewing ? request.product.durationDays : nil]
             ),
-            ("COMMIT", []),
-        ])
+        ] + Self.grantedJob(request, ledger: ledger, expiresAt: expiresAt) + [("COMMIT", [])])
         return .granted(expiresAt: expiresAt)
+    }
+
+    /// Records a job that grants on a ledger row another job brought in (`granted_jobs`, migration 7); nothing
+    /// for the row's own job, which the row names.
+    private static func grantedJob(_ request: GrantRequest, ledger: LedgerRow, expiresAt: Date?) -> [(String, [any PostgresEncodable])] {
+        guard ledger.jobId != request.job.jobId else { return [] }
+        return [(
+            "INSERT INTO granted_jobs (job_id, transaction_ref, offer_id, granted_until) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            [request.job.jobId, ledger.id, request.job.offerId, expiresAt]
+        )]
     }
 
     /// The grant an earlier attempt of this job committed, if its ledger row is still fulfilled: what a
     /// replay finishes with (the attempt died, or Redis failed, before the outcome was recorded), without
     /// asking Apple again. Apple failing since, or a subscription lapsed since, must not end such a job
     /// `failed` or `rejected` while PostgreSQL holds its grant.
+    /// The job's grant is found through the ledger row it brought in, or, when another job or another
+    /// receipt's evidence brought that row in, through `granted_jobs`.
     public func committedGrant(_ job: ReceiptJob) async throws -> CommittedGrant? {
         guard let row = try await self.database.query(
             """
-            SELECT t.environment, t.transaction_id, t.original_transaction_id, t.granted_until, p.kind
+            SELECT t.id, t.environment, t.transaction_id, t.original_transaction_id, t.granted_until, p.kind
             FROM transactions t JOIN products p ON p.id = t.product_ref
             WHERE t.job_id = $1 AND t.publisher_id = $2 AND t.customer_email = $3 AND t.offer_id = $4 AND t.state = 'fulfilled'
-            ORDER BY t.id DESC LIMIT 1
+            UNION ALL
+            SELECT t.id, t.environment, t.transaction_id, t.original_transaction_id, g.granted_until, p.kind
+            FROM granted_jobs g JOIN transactions t ON t.id = g.transaction_ref JOIN products p ON p.id = t.product_ref
+            WHERE g.job_id = $1 AND t.publisher_id = $2 AND t.customer_email = $3 AND g.offer_id = $4 AND t.state = 'fulfilled'
+            ORDER BY id DESC LIMIT 1
             """,
             [job.jobId, job.publisherId, job.customerEmail, job.offerId]
         ).first else { return nil }
@@ -394,6 +417,8 @@ public struct GrantStore: Sendable {
     private struct LedgerRow {
         let id: Int64
         let state: String
+        /// The job that brought the transaction in (or took it over from another customer).
+        let jobId: String?
         let grantedUntil: Date?
         let cancelledAt: Date?
         /// The customer's entitlement to the offer as it stood before this grant, if any.
@@ -439,9 +464,9 @@ public struct GrantStore: Sendable {
                     expires_date = EXCLUDED.expires_date,
                     cancellation_date = COALESCE(transactions.cancellation_date, EXCLUDED.cancellation_date),
                     verified_at = CASE WHEN \(handedOver) THEN EXCLUDED.verified_at ELSE COALESCE(transactions.verified_at, EXCLUDED.verified_at) END
-                RETURNING id, state, granted_until, cancellation_date
+                RETURNING id, state, job_id, granted_until, cancellation_date
             )
-            SELECT ledger.id, ledger.state, ledger.granted_until, ledger.cancellation_date,
+            SELECT ledger.id, ledger.state, ledger.job_id, ledger.granted_until, ledger.cancellation_date,
                 e.publisher_id IS NOT NULL AS has_entitlement, e.expires_at AS entitlement_expires_at,
                 COALESCE(e.revoked_at IS NULL AND (e.expires_at IS NULL OR e.expires_at > now()), false) AS entitlement_active
             FROM ledger LEFT JOIN entitlements e ON e.publisher_id = $1 AND e.customer_email = $7 AND e.offer_id = $8
@@ -460,7 +485,7 @@ public struct GrantStore: Sendable {
         let entitlement: (expiresAt: Date?, active: Bool)? = try row.decode(Bool.self, "has_entitlement")
             ? (try row.decode(Date?.self, "entitlement_expires_at"), try row.decode(Bool.self, "entitlement_active")) : nil
         return LedgerRow(
-            id: try row.decode(Int64.self, "id"), state: try row.decode(String.self, "state"),
+            id: try row.decode(Int64.self, "id"), state: try row.decode(String.self, "state"), jobId: try row.decode(String?.self, "job_id"),
             grantedUntil: try row.decode(Date?.self, "granted_until"), cancelledAt: try row.decode(Date?.self, "cancellation_date"),
             entitlement: entitlement
         )

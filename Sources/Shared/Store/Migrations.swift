@@ -176,5 +176,20 @@ public enum Migrations {
             -- without a shared secret (registered false). Registering it afterwards fills in its settings.
             ALTER TABLE apps ADD COLUMN registered boolean NOT NULL DEFAULT true;
             """),
+        Migration(version: 7, name: "jobs that found their purchase granted", sql: """
+            -- A ledger row names the job that brought its transaction in (job_id). A job that ends granted
+            -- on a row another job or another receipt's evidence brought in (a renewal, the same purchase
+            -- submitted again in other bytes) is recorded here, in the grant's transaction: a replay of it
+            -- (a crash between the commit and recording the outcome) finds its grant without asking Apple
+            -- again, and its outcome stays readable after its Redis status has expired.
+            CREATE TABLE granted_jobs (
+                job_id          text PRIMARY KEY,
+                transaction_ref bigint NOT NULL REFERENCES transactions (id),
+                offer_id        text NOT NULL,
+                granted_until   timestamptz,
+                granted_at      timestamptz NOT NULL DEFAULT now()
+            );
+            CREATE INDEX granted_jobs_transaction ON granted_jobs (transaction_ref);
+            """),
     ]
 }
