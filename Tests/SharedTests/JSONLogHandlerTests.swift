@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Testing
+import TestSupport
 
 @testable import Shared
 
@@ -89,15 +90,23 @@ struct LogOutputTests {
         return String(decoding: buffer[..<max(count, 0)], as: UTF8.self)
     }
 
+    /// Waits until the file holds `expected`.
+    static func expectContents(_ descriptor: Int32, _ expected: (String) -> Bool) async throws {
+        _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(2), "log output written") {
+            expected(Self.contents(descriptor)) ? true : nil
+        }
+    }
+
     @Test("a warning is written at once, after the lines held before it, in order")
-    func immediate() {
+    func immediate() async throws {
         let descriptor = Self.file()
         defer { close(descriptor) }
-        let output = LogOutput(descriptor: descriptor, flushInterval: .seconds(3600))  // the flusher never runs here
+        let output = LogOutput(descriptor: descriptor, flushInterval: .seconds(3600))  // no timed flush here
         output.write(Array("one\n".utf8), immediately: false)
         output.write(Array("two\n".utf8), immediately: false)
+        #expect(Self.contents(descriptor).isEmpty)
         output.write(Array("three\n".utf8), immediately: true)
-        #expect(Self.contents(descriptor) == "one\ntwo\nthree\n")
+        try await Self.expectContents(descriptor) { $0 == "one\ntwo\nthree\n" }
     }
 
     @Test("held lines are written by the flusher, without another line to push them")
@@ -145,15 +154,54 @@ struct LogOutputTests {
         #expect(next == [Int](repeating: lines, count: writers))
     }
 
-    @Test("past the batch limit lines are written without waiting")
-    func batchLimit() {
+    @Test("past the batch limit lines are written without waiting for the interval")
+    func batchLimit() async throws {
         let descriptor = Self.file()
         defer { close(descriptor) }
-        let output = LogOutput(descriptor: descriptor, flushInterval: .seconds(3600))  // the flusher never runs here
+        let output = LogOutput(descriptor: descriptor, flushInterval: .seconds(3600))  // no timed flush here
         let line = Array(String(repeating: "x", count: 1023).utf8) + [UInt8(ascii: "\n")]
         for _ in 0..<(LogOutput.batchLimit / line.count - 1) { output.write(line, immediately: false) }
         #expect(Self.contents(descriptor).isEmpty)
         output.write(line, immediately: false)
-        #expect(Self.contents(descriptor).utf8.count == LogOutput.batchLimit)
+        try await Self.expectContents(descriptor) { $0.utf8.count == LogOutput.batchLimit }
+    }
+
+    @Test("a descriptor that takes nothing never holds up the thread that logs; what overflows is dropped, counted and reported")
+    func stalledDescriptor() async throws {
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        let (reader, writer) = (ends[0], ends[1])
+        defer { close(reader); close(writer) }
+        let output = LogOutput(descriptor: writer, flushInterval: .milliseconds(1))
+        // Warnings, 12 MB of them: past the pipe's buffer and everything LogOutput holds. Nobody reads yet.
+        let lines = 12_000
+        let line = Array(String(repeating: "w", count: 1023).utf8) + [UInt8(ascii: "\n")]
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            for _ in 0..<lines { output.write(line, immediately: true) }
+            done.signal()
+        }.start()
+        _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(5), "the logging thread returned") {
+            done.wait(timeout: .now()) == .success ? true : nil
+        }
+
+        // Then the reader comes back: everything held comes out, and a line with how many were dropped.
+        _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        let report = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "the dropped lines reported") { () -> Int? in
+            while true {
+                let count = read(reader, &buffer, buffer.count)
+                guard count > 0 else { break }
+                received.append(contentsOf: buffer[..<count])
+            }
+            let text = String(decoding: received, as: UTF8.self)
+            guard let range = text.range(of: #""count":"(\d+)""#, options: .regularExpression) else { return nil }
+            return Int(text[range].dropFirst(9).dropLast())
+        }
+        let written = received.split(separator: UInt8(ascii: "\n")).filter { $0.first == UInt8(ascii: "w") }.count
+        #expect(report > 0)
+        #expect(written + report == lines, "\(written) written and \(report) dropped of \(lines)")
+        #expect(String(decoding: received, as: UTF8.self).contains("log lines dropped"))
     }
 }

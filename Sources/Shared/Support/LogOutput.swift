@@ -1,65 +1,95 @@
 import Foundation
 import Synchronization
 
-/// Where JSON log lines go: a file descriptor (standard error), written in batches.
+/// Where JSON log lines go: a file descriptor (standard error), written in batches by a thread of its own.
 ///
 /// A line at info or below waits in memory and goes out with the others of the next
 /// ``flushInterval``: one `write` per batch instead of one per line, which under load was a system
-/// call per accepted receipt and per job. A line written `immediately` (warnings and errors) goes out
-/// at once, after everything before it, so the lines that explain a failure are never the ones held
-/// back. Whatever is held is written at exit.
+/// call per accepted receipt and per job. A line written `immediately` (warnings and errors) wakes the
+/// writer at once, so the lines that explain a failure are never the ones held back. Whatever is held is
+/// written at exit.
+///
+/// The thread that logs never writes, and never waits for a write: when the descriptor stops taking
+/// lines (a log collector that stopped reading a full pipe), a `write` blocks the writer thread only,
+/// not the event loops or the cooperative pool that log. Lines held past ``holdLimit`` meanwhile are
+/// dropped and counted, and a line saying how many goes out once the descriptor takes lines again.
 public final class LogOutput: Sendable {
     /// Standard error, which every executable logs to; a line waits at most 20 ms.
     public static let standardError = LogOutput(descriptor: 2, flushInterval: .milliseconds(20))
 
-    /// Held lines past this size are written at once, whatever their level.
+    /// Held lines past this size wake the writer, whatever their level.
     static let batchLimit = 64 * 1024
+    /// Lines beyond this much held (the batch being written included) are dropped until the writer catches up.
+    static let holdLimit = 8 * 1024 * 1024
 
     private struct State {
         var pending: [UInt8] = []
         /// The last batch's buffer, emptied, for the next one.
         var spare: [UInt8] = []
-        var flusherStarted = false
+        var writerStarted = false
+        /// The writer has been woken for what is pending and has not taken it yet.
+        var woken = false
+        /// Lines dropped since the last batch.
+        var dropped = 0
+        /// The size of the batch being written.
+        var writingBytes = 0
     }
 
     private let descriptor: Int32
     /// How long a line may wait.
     let flushInterval: Duration
-    /// Held only to swap buffers: a line is never held up by a `write` in progress, so a thread that
-    /// logs never waits for one that writes (and for the scheduler to run it again) under load.
+    /// Held only to append or swap buffers, never during a `write`.
     private let state = Mutex(State())
     /// Held while a batch is taken and written: batches go out whole and in order.
     private let writing = Mutex(())
+    private let wakeup = DispatchSemaphore(value: 0)
+    /// The line that reports dropped lines, given their count.
+    private let droppedLine: @Sendable (Int) -> [UInt8]
 
-    init(descriptor: Int32, flushInterval: Duration) {
+    init(descriptor: Int32, flushInterval: Duration, droppedLine: @escaping @Sendable (Int) -> [UInt8] = LogOutput.droppedLine) {
         self.descriptor = descriptor
         self.flushInterval = flushInterval
+        self.droppedLine = droppedLine
     }
 
-    /// Queues one line, or writes it now (with everything queued before it) when `immediately` is set.
+    /// Holds one line for the writer, and wakes it now when `immediately` is set (or enough is held).
     public func write(_ line: [UInt8], immediately: Bool) {
-        let (writeNow, startFlusher) = self.state.withLock { state -> (Bool, Bool) in
+        let (wake, startWriter) = self.state.withLock { state -> (Bool, Bool) in
+            defer { state.writerStarted = true }
+            guard state.writingBytes + state.pending.count + line.count <= Self.holdLimit else {
+                state.dropped += 1
+                return (false, !state.writerStarted)
+            }
             state.pending.append(contentsOf: line)
-            defer { state.flusherStarted = true }
-            return (immediately || state.pending.count >= Self.batchLimit, !state.flusherStarted)
+            let wake = !state.woken && (immediately || state.pending.count >= Self.batchLimit)
+            if wake { state.woken = true }
+            return (wake, !state.writerStarted)
         }
-        if writeNow { self.flush() }
-        if startFlusher { self.startFlusher() }
+        if startWriter { self.startWriter() }
+        if wake { self.wakeup.signal() }
     }
 
-    /// Writes everything held; returns once every line queued before the call is written.
+    /// Writes everything held, on the calling thread; returns once every line queued before the call is
+    /// written (or the descriptor refused it). For the writer thread, the exit, and tests.
     public func flush() {
         self.writing.withLock { _ in
-            var batch = self.state.withLock { state -> [UInt8] in
-                let batch = state.pending
+            var (batch, dropped) = self.state.withLock { state -> ([UInt8], Int) in
+                let taken = (state.pending, state.dropped)
                 state.pending = state.spare
                 state.spare = []
-                return batch
+                state.woken = false
+                state.dropped = 0
+                state.writingBytes = taken.0.count
+                return taken
             }
+            if dropped > 0 { batch.append(contentsOf: self.droppedLine(dropped)) }
             guard !batch.isEmpty else { return }
             self.writeAll(batch)
             batch.removeAll(keepingCapacity: true)
-            self.state.withLock { $0.spare = batch }
+            self.state.withLock { state in
+                state.spare = batch
+                state.writingBytes = 0
+            }
         }
     }
 
@@ -79,17 +109,24 @@ public final class LogOutput: Sendable {
 
     /// A thread of its own (not a task: logging must not depend on the cooperative pool being free),
     /// started with the first line, plus a flush at exit.
-    private func startFlusher() {
+    private func startWriter() {
         if self === LogOutput.standardError { atexit { LogOutput.standardError.flush() } }
+        let interval = self.flushInterval.components
+        let nanoseconds = UInt64(interval.seconds) * 1_000_000_000 + UInt64(interval.attoseconds / 1_000_000_000)
         let thread = Thread { [self] in
-            let interval = self.flushInterval.components
-            var pause = timespec(tv_sec: Int(interval.seconds), tv_nsec: Int(interval.attoseconds / 1_000_000_000))
             while true {
-                nanosleep(&pause, nil)
+                _ = self.wakeup.wait(timeout: .now() + .nanoseconds(Int(min(nanoseconds, UInt64(Int.max)))))
                 self.flush()
             }
         }
-        thread.name = "log-flush"
+        thread.name = "log-writer"
         thread.start()
+    }
+
+    /// The default report of dropped lines: a JSON log line, as the handler writes them.
+    @Sendable static func droppedLine(_ count: Int) -> [UInt8] {
+        JSONLogHandler(label: "tollgate.log", level: .warning).line(
+            level: .warning, message: "log lines dropped: the log output took none for a while", metadata: ["count": "\(count)"]
+        )
     }
 }
