@@ -77,8 +77,9 @@ struct JobProcessor: Sendable {
             WorkerMetrics.inFlight.increment(by: 1)
             let outcome: FulfilmentOutcome
             if attempt > 1, let committed = await self.fulfiller.committed(job, logger: logger) {
-                // An earlier attempt's grant is in PostgreSQL; only its outcome was never recorded.
-                logger.info("granted by an earlier attempt; recording it")
+                // An earlier attempt's grant is in PostgreSQL, and only its outcome was never recorded; or
+                // PostgreSQL cannot tell now (a retry).
+                if case .granted = committed { logger.info("granted by an earlier attempt; recording it") }
                 outcome = committed
             } else {
                 outcome = await self.fulfiller.fulfil(job, logger: logger)

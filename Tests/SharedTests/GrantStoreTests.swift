@@ -3,6 +3,13 @@ import Testing
 import TestSupport
 @testable import Shared
 
+extension GrantOutcome {
+    var isGranted: Bool {
+        if case .granted = self { return true }
+        return false
+    }
+}
+
 @Suite("GrantStore, CatalogStore and AccessStore against a real PostgreSQL")
 struct GrantStoreTests {
     static let day: TimeInterval = 86_400
@@ -136,6 +143,33 @@ struct GrantStoreTests {
             let other = AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
             _ = try await world.grants.grant(world.request("a@example.com", world.coins, other))
             #expect(try await world.balance("a@example.com") == 200)
+        }
+    }
+
+    @Test("a lapsed subscription another job granted is expired for a new job, but still granted for a job that granted it itself")
+    func lapsedForOthersOnly() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let paid = try #require(Self.subscription(now, endingInDays: 10).first)
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, paid)).isGranted)
+            // A second job grants it on the first job's ledger row.
+            let second = world.request("a@example.com", world.subscription, paid)
+            #expect(try await world.grants.grant(second).isGranted)
+
+            // It lapses unrenewed.
+            let ended = now.addingTimeInterval(-Self.day)
+            try await world.database.query("UPDATE entitlements SET expires_at = $1", [ended])
+            let lapsed = Self.period(paid.originalTransactionId, paid.transactionId, ends: ended)
+            let third = try await world.grants.grant(world.request("a@example.com", world.subscription, lapsed))
+            guard case .expired(let end) = third else {
+                Issue.record("a new job for the lapsed subscription: \(third)")
+                return
+            }
+            #expect(Self.close(end, ended))
+            // The second job again (requeued after its grant, say): what it granted stands.
+            var again = second
+            again.transaction = lapsed
+            #expect(try await world.grants.grant(again).isGranted)
         }
     }
 

@@ -166,13 +166,40 @@ struct LogOutputTests {
         try await Self.expectContents(descriptor) { $0.utf8.count == LogOutput.batchLimit }
     }
 
+    @Test("at exit, a descriptor that takes nothing holds the process up for the exit limit only")
+    func exitLimit() async throws {
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        let (reader, writer) = (ends[0], ends[1])
+        defer { close(reader); close(writer) }
+        let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))
+        // More than the pipe's buffer, held; nobody reads.
+        output.write(Array(repeating: UInt8(ascii: "x"), count: 1 << 20), immediately: false)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            output.flushAtExit()
+            done.signal()
+        }.start()
+        _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(10), "the exit flush gave up") {
+            done.wait(timeout: .now()) == .success ? true : nil
+        }
+        // Let the writing thread finish before the pipe closes.
+        _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var total = 0
+        _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "the held line drained") { () -> Bool? in
+            while case let count = read(reader, &buffer, buffer.count), count > 0 { total += count }
+            return total == 1 << 20 ? true : nil
+        }
+    }
+
     @Test("a descriptor that takes nothing never holds up the thread that logs; what overflows is dropped, counted and reported")
     func stalledDescriptor() async throws {
         var ends: [Int32] = [0, 0]
         #expect(pipe(&ends) == 0)
         let (reader, writer) = (ends[0], ends[1])
         defer { close(reader); close(writer) }
-        let output = LogOutput(descriptor: writer, flushInterval: .milliseconds(1))
+        let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))  // warnings wake the writer
         // Warnings, 12 MB of them: past the pipe's buffer and everything LogOutput holds. Nobody reads yet.
         let lines = 12_000
         let line = Array(String(repeating: "w", count: 1023).utf8) + [UInt8(ascii: "\n")]

@@ -87,10 +87,12 @@ public struct GrantStore: Sendable {
             && Self.newExpiry(request: request, current: ledger.entitlement) != nil
         if ledger.state == "fulfilled", !resubscribed {
             let expiresAt = ledger.entitlement?.expiresAt ?? ledger.grantedUntil
-            let lapses = request.product.kind == .autoRenewable || request.product.kind == .nonRenewing
-            if ledger.jobId != job.jobId, lapses, ledger.entitlement?.active == false, let end = expiresAt, end <= request.verifiedAt {
-                // Another job granted it, and the access it gave has run out since (a lapsed subscription, a
-                // pass whose days are over): this job finds nothing to grant, as a first check of it would.
+            if ledger.jobId != job.jobId, request.product.kind == .autoRenewable, ledger.entitlement?.active == false,
+                let end = expiresAt, end <= request.verifiedAt,
+                try await session.query("SELECT 1 FROM granted_jobs WHERE job_id = $1", [job.jobId]).first == nil
+            {
+                // Another job granted the subscription, and it has lapsed since: this job finds nothing to
+                // grant, as a first check of it would. (Not when this job granted it itself, before a requeue.)
                 try await session.query("COMMIT")
                 return .expired(expiresAt: end)
             }

@@ -7,8 +7,8 @@ import Logging
 /// Callers put only identifiers in metadata (job ids, publisher ids, statuses), never receipt data,
 /// tokens, passwords or shared secrets.
 ///
-/// Lines go through ``LogOutput``: info and below within 20 ms, a warning or error
-/// at once (with everything before it).
+/// Lines go through ``LogOutput``: info and below within 20 ms, a warning or error wakes its writer
+/// thread at once (and goes out after everything before it).
 public struct JSONLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var logLevel: Logger.Level

@@ -7,7 +7,7 @@ import Synchronization
 /// ``flushInterval``: one `write` per batch instead of one per line, which under load was a system
 /// call per accepted receipt and per job. A line written `immediately` (warnings and errors) wakes the
 /// writer at once, so the lines that explain a failure are never the ones held back. Whatever is held is
-/// written at exit.
+/// written at exit, for at most ``exitLimit``.
 ///
 /// The thread that logs never writes, and never waits for a write: when the descriptor stops taking
 /// lines (a log collector that stopped reading a full pipe), a `write` blocks the writer thread only,
@@ -21,6 +21,8 @@ public final class LogOutput: Sendable {
     static let batchLimit = 64 * 1024
     /// Lines beyond this much held (the batch being written included) are dropped until the writer catches up.
     static let holdLimit = 8 * 1024 * 1024
+    /// How long an exit waits for the held lines to go out: a descriptor that takes nothing must not hang it.
+    static let exitLimit = DispatchTimeInterval.seconds(2)
 
     private struct State {
         var pending: [UInt8] = []
@@ -110,7 +112,7 @@ public final class LogOutput: Sendable {
     /// A thread of its own (not a task: logging must not depend on the cooperative pool being free),
     /// started with the first line, plus a flush at exit.
     private func startWriter() {
-        if self === LogOutput.standardError { atexit { LogOutput.standardError.flush() } }
+        if self === LogOutput.standardError { atexit { LogOutput.standardError.flushAtExit() } }
         let interval = self.flushInterval.components
         let nanoseconds = UInt64(interval.seconds) * 1_000_000_000 + UInt64(interval.attoseconds / 1_000_000_000)
         let thread = Thread { [self] in
@@ -121,6 +123,16 @@ public final class LogOutput: Sendable {
         }
         thread.name = "log-writer"
         thread.start()
+    }
+
+    /// ``flush()`` on a thread of its own, waited for at most ``exitLimit``.
+    func flushAtExit() {
+        let done = DispatchSemaphore(value: 0)
+        Thread { [self] in
+            self.flush()
+            done.signal()
+        }.start()
+        _ = done.wait(timeout: .now() + Self.exitLimit)
     }
 
     /// The default report of dropped lines: a JSON log line, as the handler writes them.
