@@ -125,8 +125,14 @@ struct OutageTests {
     @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503, receipts are still accepted, another publisher's job answers as an unknown one; back up, every job is granted once")
     func postgresOutage() async throws {
         let postgres = try await DedicatedPostgres()
+        // A fast backoff, so the jobs are granted soon after the outage; with it, 15 attempts (the default limit)
+        // can pass in the outage's 12 s, since an attempt that finds PostgreSQL away fails at once. 50 cannot
+        // (about 45 s on average), so every job must still be waiting when the outage ends.
         let system = try await TollgateSystem(
-            extraEnvironment: ["TOLLGATE_RETRY_BASE_MS": "200", "TOLLGATE_RETRY_MAX_DELAY_MS": "2000", "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"],
+            extraEnvironment: [
+                "TOLLGATE_RETRY_BASE_MS": "200", "TOLLGATE_RETRY_MAX_DELAY_MS": "2000", "TOLLGATE_RETRY_MAX_ATTEMPTS": "50",
+                "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000",
+            ],
             databaseURL: postgres.url
         )
         do {
