@@ -166,69 +166,73 @@ struct LogOutputTests {
         try await Self.expectContents(descriptor) { $0.utf8.count == LogOutput.batchLimit }
     }
 
-    @Test("at exit, a descriptor that takes nothing holds the process up for the exit limit only")
-    func exitLimit() async throws {
+    /// A pipe that nobody reads until the test drains it; both ends are closed after `body`.
+    static func withPipe(_ body: (_ reader: Int32, _ writer: Int32) async throws -> Void) async throws {
         var ends: [Int32] = [0, 0]
-        #expect(pipe(&ends) == 0)
-        let (reader, writer) = (ends[0], ends[1])
-        defer { close(reader); close(writer) }
-        let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))
-        // More than the pipe's buffer, held; nobody reads.
-        output.write(Array(repeating: UInt8(ascii: "x"), count: 1 << 20), immediately: false)
+        try #require(pipe(&ends) == 0)
+        defer { close(ends[0]); close(ends[1]) }
+        _ = fcntl(ends[0], F_SETFL, fcntl(ends[0], F_GETFL) | O_NONBLOCK)
+        try await body(ends[0], ends[1])
+    }
+
+    /// Reads what the pipe holds now, without waiting, onto `received`.
+    static func drain(_ reader: Int32, into received: inout [UInt8]) {
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while case let count = read(reader, &buffer, buffer.count), count > 0 { received.append(contentsOf: buffer[..<count]) }
+    }
+
+    /// Runs `work` on a thread of its own (it may block in `write`, which no test task should) and waits,
+    /// within a deadline, until it returns.
+    static func onThread(_ what: String, _ work: @escaping @Sendable () -> Void) async throws {
         let done = DispatchSemaphore(value: 0)
         Thread {
-            output.flushAtExit()
+            work()
             done.signal()
         }.start()
-        _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(10), "the exit flush gave up") {
+        _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(5), what) {
             done.wait(timeout: .now()) == .success ? true : nil
         }
-        // Let the writing thread finish before the pipe closes.
-        _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        var total = 0
-        _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "the held line drained") { () -> Bool? in
-            while case let count = read(reader, &buffer, buffer.count), count > 0 { total += count }
-            return total == 1 << 20 ? true : nil
+    }
+
+    @Test("at exit, a descriptor that takes nothing holds the process up for the exit limit only")
+    func exitLimit() async throws {
+        try await Self.withPipe { reader, writer in
+            let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))
+            // More than the pipe's buffer, held; nobody reads.
+            output.write(Array(repeating: UInt8(ascii: "x"), count: 1 << 20), immediately: false)
+            try await Self.onThread("the exit flush gave up") { output.flushAtExit() }
+            // Let the writing thread finish before the pipe closes.
+            var received: [UInt8] = []
+            _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "the held line drained") { () -> Bool? in
+                Self.drain(reader, into: &received)
+                return received.count == 1 << 20 ? true : nil
+            }
         }
     }
 
     @Test("a descriptor that takes nothing never holds up the thread that logs; what overflows is dropped, counted and reported")
     func stalledDescriptor() async throws {
-        var ends: [Int32] = [0, 0]
-        #expect(pipe(&ends) == 0)
-        let (reader, writer) = (ends[0], ends[1])
-        defer { close(reader); close(writer) }
-        let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))  // warnings wake the writer
-        // Warnings, 12 MB of them: past the pipe's buffer and everything LogOutput holds. Nobody reads yet.
-        let lines = 12_000
-        let line = Array(String(repeating: "w", count: 1023).utf8) + [UInt8(ascii: "\n")]
-        let done = DispatchSemaphore(value: 0)
-        Thread {
-            for _ in 0..<lines { output.write(line, immediately: true) }
-            done.signal()
-        }.start()
-        _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(5), "the logging thread returned") {
-            done.wait(timeout: .now()) == .success ? true : nil
-        }
-
-        // Then the reader comes back: everything held comes out, and a line with how many were dropped.
-        _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        let report = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "the dropped lines reported") { () -> Int? in
-            while true {
-                let count = read(reader, &buffer, buffer.count)
-                guard count > 0 else { break }
-                received.append(contentsOf: buffer[..<count])
+        try await Self.withPipe { reader, writer in
+            let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))  // warnings wake the writer
+            // Warnings, 12 MB of them: past the pipe's buffer and everything LogOutput holds. Nobody reads yet.
+            let lines = 12_000
+            let line = Array(String(repeating: "w", count: 1023).utf8) + [UInt8(ascii: "\n")]
+            try await Self.onThread("the logging thread returned") {
+                for _ in 0..<lines { output.write(line, immediately: true) }
             }
-            let text = String(decoding: received, as: UTF8.self)
-            guard let range = text.range(of: #""count":"(\d+)""#, options: .regularExpression) else { return nil }
-            return Int(text[range].dropFirst(9).dropLast())
+
+            // Then the reader comes back: everything held comes out, and a line with how many were dropped.
+            var received: [UInt8] = []
+            let report = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "the dropped lines reported") { () -> Int? in
+                Self.drain(reader, into: &received)
+                let text = String(decoding: received, as: UTF8.self)
+                guard let range = text.range(of: #""count":"(\d+)""#, options: .regularExpression) else { return nil }
+                return Int(text[range].dropFirst(9).dropLast())
+            }
+            let written = received.split(separator: UInt8(ascii: "\n")).filter { $0.first == UInt8(ascii: "w") }.count
+            #expect(report > 0)
+            #expect(written + report == lines, "\(written) written and \(report) dropped of \(lines)")
+            #expect(String(decoding: received, as: UTF8.self).contains("log lines dropped"))
         }
-        let written = received.split(separator: UInt8(ascii: "\n")).filter { $0.first == UInt8(ascii: "w") }.count
-        #expect(report > 0)
-        #expect(written + report == lines, "\(written) written and \(report) dropped of \(lines)")
-        #expect(String(decoding: received, as: UTF8.self).contains("log lines dropped"))
     }
 }
