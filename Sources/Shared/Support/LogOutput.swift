@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 
-/// Where JSON log lines go: a file descriptor (standard error), written in batches by a thread of its own.
+/// Where log lines go: a file descriptor (standard error), written in batches by a thread of its own.
 ///
 /// A line at info or below waits in memory and goes out with the others of the next
 /// ``flushInterval``: one `write` per batch instead of one per line, which under load was a system
@@ -135,9 +135,9 @@ public final class LogOutput: Sendable {
         _ = done.wait(timeout: .now() + Self.exitLimit)
     }
 
-    /// The default report of dropped lines: a JSON log line, as the handler writes them.
+    /// The default report of dropped lines: a log line in the process's format, as the handler writes them.
     @Sendable static func droppedLine(_ count: Int) -> [UInt8] {
-        JSONLogHandler(label: "tollgate.log", level: .warning).line(
+        LineLogHandler(label: "tollgate.log", level: .warning, format: LoggingSetup.format).line(
             level: .warning, message: "log lines dropped: the log output took none for a while", metadata: ["count": "\(count)"]
         )
     }

@@ -5,11 +5,11 @@ import TestSupport
 
 @testable import Shared
 
-@Suite("JSON log lines")
-struct JSONLogHandlerTests {
+@Suite("Log lines")
+struct LineLogHandlerTests {
     @Test("a line is one JSON object: ts, level, label, msg, then metadata; hostile text is escaped")
     func line() throws {
-        var handler = JSONLogHandler(label: "tollgate.test", level: .info)
+        var handler = LineLogHandler(label: "tollgate.test", level: .info)
         handler[metadataKey: "publisher"] = "p-1"
         let hostile = "quote \" backslash \\ newline \n tab \t nul \u{0} bell \u{7} del \u{7f} sep \u{2028} ünï 🎟 </script>"
         let text = String(decoding: handler.line(level: .warning, message: hostile, metadata: [
@@ -35,13 +35,48 @@ struct JSONLogHandlerTests {
 
     @Test("metadata: the handler's and the event's in key order, the event's value winning a shared key")
     func metadataOrder() {
-        var handler = JSONLogHandler(label: "t", level: .info)
+        var handler = LineLogHandler(label: "t", level: .info)
         handler[metadataKey: "b"] = "handler"
         handler[metadataKey: "d"] = "4"
         let text = String(decoding: handler.line(level: .info, message: "m", metadata: ["c": "3", "b": "event", "a": "1", "label": "no"]), as: UTF8.self)
         #expect(text.hasSuffix(#""msg":"m","a":"1","b":"event","c":"3","d":"4"}"# + "\n"))
         let bare = String(decoding: handler.line(level: .info, message: "m", metadata: nil), as: UTF8.self)
         #expect(bare.hasSuffix(#""msg":"m","b":"handler","d":"4"}"# + "\n"))
+    }
+}
+
+extension LineLogHandlerTests {
+    @Test("a text line: time, level, label, message, then metadata as key=value; it stays one line whatever it holds")
+    func textLine() throws {
+        var handler = LineLogHandler(label: "tollgate.test", level: .info, format: .text, output: .standardError)
+        handler[metadataKey: "b"] = "handler"
+        let hostile = "forged\n2026-01-01T00:00:00.000Z info tollgate.api: granted\r\u{0}\u{7f}\u{2028} ünï"
+        let text = String(decoding: handler.line(level: .warning, message: hostile, metadata: [
+            "a": "1", "b": "event", "count": .stringConvertible(3), "list": ["x", "y"], "msg": "skipped", "evil": "v\nw",
+        ]), as: UTF8.self)
+        let match = try #require(text.wholeMatch(of: /(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z) warning tollgate\.test: (.*)\n/))
+        #expect(String(match.2) == #"forged\n2026-01-01T00:00:00.000Z info tollgate.api: granted\r\u0000\u007f\u2028 ünï"#
+            + #" a=1 b=event count=3 evil=v\nw list=["x","y"]"#)
+    }
+
+    @Test("text lines go through the log output: a descriptor that takes nothing never holds up the thread that logs")
+    func textStalledDescriptor() async throws {
+        try await LogOutputTests.withPipe { reader, writer in
+            let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))
+            let handler = LineLogHandler(label: "tollgate.test", level: .info, format: .text, output: output)
+            let logger = Logger(label: "tollgate.test") { _ in handler }
+            let message = String(repeating: "w", count: 1000)
+            // 12 MB of warnings: past the pipe's buffer and everything LogOutput holds. Nobody reads yet.
+            try await LogOutputTests.onThread("the logging thread returned") {
+                for _ in 0..<12_000 { logger.warning("\(message)") }
+            }
+            var received: [UInt8] = []
+            _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "the dropped lines reported") { () -> Bool? in
+                LogOutputTests.drain(reader, into: &received)
+                return String(decoding: received, as: UTF8.self).contains("log lines dropped") ? true : nil
+            }
+            #expect(String(decoding: received.prefix(200), as: UTF8.self).contains(" warning tollgate.test: www"))
+        }
     }
 }
 

@@ -1,23 +1,35 @@
 import Foundation
 import Logging
+import Synchronization
 
-/// A swift-log handler that writes one JSON object per line to standard error:
-/// `{"ts":"…","level":"info","label":"tollgate.worker","msg":"…", …metadata}`.
+/// A swift-log handler that writes one line per event to standard error, in either format:
+///
+/// - `json`: one JSON object, `{"ts":"…","level":"info","label":"tollgate.worker","msg":"…", …metadata}`;
+/// - `text`, for people: `2026-11-21T18:04:40.573Z info tollgate.worker: message key=value …`.
 ///
 /// Callers put only identifiers in metadata (job ids, publisher ids, statuses), never receipt data,
 /// tokens, passwords or shared secrets.
 ///
-/// Lines go through ``LogOutput``: info and below within 20 ms, a warning or error wakes its writer
-/// thread at once (and goes out after everything before it).
-public struct JSONLogHandler: LogHandler {
+/// Lines of both formats go through ``LogOutput``, so the thread that logs never writes: info and below
+/// within 20 ms, a warning or error wakes its writer thread at once (and goes out after everything
+/// before it).
+public struct LineLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var logLevel: Logger.Level
     private let label: String
+    private let format: Configuration.LogFormat
+    private let output: LogOutput
 
     /// Creates a handler for a logger label.
-    public init(label: String, level: Logger.Level) {
+    public init(label: String, level: Logger.Level, format: Configuration.LogFormat = .json) {
+        self.init(label: label, level: level, format: format, output: .standardError)
+    }
+
+    init(label: String, level: Logger.Level, format: Configuration.LogFormat, output: LogOutput) {
         self.label = label
         self.logLevel = level
+        self.format = format
+        self.output = output
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -26,46 +38,74 @@ public struct JSONLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        LogOutput.standardError.write(
+        self.output.write(
             self.line(level: event.level, message: event.message.description, metadata: event.metadata),
             immediately: event.level >= .warning
         )
     }
 
-    /// One log line, newline included.
+    /// One log line in the handler's format, newline included.
     func line(level: Logger.Level, message: String, metadata: Logger.Metadata?) -> [UInt8] {
-        // Built by hand, not with JSONSerialization: this runs for every accepted receipt and every job,
-        // and Foundation's bridging cost more than the request's own work.
+        // Built by hand, not with JSONSerialization or string interpolation: this runs for every accepted
+        // receipt and every job, and Foundation's bridging cost more than the request's own work.
         var line = JSONText(capacity: 256)
-        line.append("{\"ts\":\"")
-        Self.appendTimestamp(to: &line)
-        line.append("\",\"level\":\"")
-        line.append(level.rawValue)
-        line.append("\",\"label\":")
-        line.appendString(self.label)
-        line.append(",\"msg\":")
-        line.appendString(message)
-        // The handler's metadata and the event's (which wins), in key order, without merging dictionaries.
-        if !self.metadata.isEmpty || !(metadata?.isEmpty ?? true) {
-            var keys = Array(self.metadata.keys)
-            if let metadata {
-                for key in metadata.keys where self.metadata[key] == nil { keys.append(key) }
-            }
-            keys.sort()
-            for key in keys {
-                switch key {
-                case "ts", "level", "label", "msg": continue
-                default: break
-                }
-                guard let value = metadata?[key] ?? self.metadata[key] else { continue }
+        switch self.format {
+        case .json:
+            line.append("{\"ts\":\"")
+            Self.appendTimestamp(to: &line)
+            line.append("\",\"level\":\"")
+            line.append(level.rawValue)
+            line.append("\",\"label\":")
+            line.appendString(self.label)
+            line.append(",\"msg\":")
+            line.appendString(message)
+            self.forEachMetadata(metadata) { key, value in
                 line.append(",")
                 line.appendString(key)
                 line.append(":")
                 Self.append(value, to: &line)
             }
+            line.append("}\n")
+        case .text:
+            Self.appendTimestamp(to: &line)
+            line.append(" ")
+            line.append(level.rawValue)
+            line.append(" ")
+            line.appendText(self.label)
+            line.append(": ")
+            line.appendText(message)
+            self.forEachMetadata(metadata) { key, value in
+                line.append(" ")
+                line.appendText(key)
+                line.append("=")
+                switch value {
+                case .string(let text): line.appendText(text)
+                case .stringConvertible(let convertible): line.appendText(convertible.description)
+                case .array, .dictionary: Self.append(value, to: &line)
+                }
+            }
+            line.append("\n")
         }
-        line.append("}\n")
         return line.bytes
+    }
+
+    /// The handler's metadata and the event's (which wins), in key order, without merging dictionaries;
+    /// the keys a JSON line starts with are left out.
+    private func forEachMetadata(_ metadata: Logger.Metadata?, _ body: (String, Logger.Metadata.Value) -> Void) {
+        guard !self.metadata.isEmpty || !(metadata?.isEmpty ?? true) else { return }
+        var keys = Array(self.metadata.keys)
+        if let metadata {
+            for key in metadata.keys where self.metadata[key] == nil { keys.append(key) }
+        }
+        keys.sort()
+        for key in keys {
+            switch key {
+            case "ts", "level", "label", "msg": continue
+            default: break
+            }
+            guard let value = metadata?[key] ?? self.metadata[key] else { continue }
+            body(key, value)
+        }
     }
 
     static func append(_ value: Logger.Metadata.Value, to line: inout JSONText) {
@@ -142,17 +182,29 @@ public struct JSONText: Sendable {
     /// Appends a JSON string literal (RFC 8259 escaping; `/` is left as is; DEL, U+2028 and U+2029 are
     /// escaped too, so a line is safe to embed in HTML and JavaScript).
     public mutating func appendString(_ text: String) {
+        self.bytes.append(UInt8(ascii: "\""))
+        self.appendEscaped(text, quoted: true)
+        self.bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends text for a plain-text line: as is, except that control characters, DEL, U+2028 and
+    /// U+2029 are escaped as JSON would, so a message can never break its line or forge another.
+    mutating func appendText(_ text: String) {
+        self.appendEscaped(text, quoted: false)
+    }
+
+    /// `text` escaped as inside a JSON string; `"` and `\` too when `quoted`.
+    private mutating func appendEscaped(_ text: String, quoted: Bool) {
         var text = text
         text.withUTF8 { utf8 in
-            self.bytes.append(UInt8(ascii: "\""))
             var clean = 0
             var index = 0
             while index < utf8.count {
                 let byte = utf8[index]
                 let escape: StaticString?
                 switch byte {
-                case UInt8(ascii: "\""): escape = "\\\""
-                case UInt8(ascii: "\\"): escape = "\\\\"
+                case UInt8(ascii: "\"") where quoted: escape = "\\\""
+                case UInt8(ascii: "\\") where quoted: escape = "\\\\"
                 case UInt8(ascii: "\n"): escape = "\\n"
                 case UInt8(ascii: "\r"): escape = "\\r"
                 case UInt8(ascii: "\t"): escape = "\\t"
@@ -179,25 +231,24 @@ public struct JSONText: Sendable {
                 clean = index
             }
             self.bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[clean..<utf8.count]))
-            self.bytes.append(UInt8(ascii: "\""))
         }
     }
 }
 
 /// Logging setup shared by every executable.
 public enum LoggingSetup {
+    /// Whether the process logs plain text (`TOLLGATE_LOG_FORMAT=text`), for the lines ``LogOutput`` writes itself.
+    private static let text = Atomic<Bool>(false)
+
+    /// The format the process logs in: JSON until ``bootstrap(format:level:)`` says otherwise.
+    static var format: Configuration.LogFormat {
+        Self.text.load(ordering: .relaxed) ? .text : .json
+    }
+
     /// Bootstraps swift-log once for the process with the configured format and level.
     public static func bootstrap(format: Configuration.LogFormat, level: Configuration.LogLevel) {
         let level = Logger.Level(rawValue: level.rawValue) ?? .info
-        switch format {
-        case .json:
-            LoggingSystem.bootstrap { JSONLogHandler(label: $0, level: level) }
-        case .text:
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            }
-        }
+        Self.text.store(format == .text, ordering: .relaxed)
+        LoggingSystem.bootstrap { LineLogHandler(label: $0, level: level, format: format) }
     }
 }
