@@ -161,4 +161,24 @@ struct ControlRouteTests {
                 #expect(elapsed >= .milliseconds(50))
             }
     }
+
+    @Test("a stop signal cuts global and scenario latency short: the calls in flight answer at once", arguments: [(60_000, 0), (0, 60_000)])
+    func latencyReleased(global: Int, scenario: Int) async throws {
+        let state = EmulatorState(settings: FaultSettings(latencyMs: global, failRate: 0, failMode: .http503, timeoutHoldMs: 0))
+        let receipt = Fixtures.receiptData(Fixtures.simpleScenario(extra: #","latencyMs":\#(scenario)"#))
+        try await buildApplication(EmulatorConfiguration(), state: state).test(.router) { client in
+            async let answer = client.verify(receipt)
+            // The call is in: counted, then delayed (a scenario's latency comes once its receipt is read).
+            let deadline = ContinuousClock.now + .seconds(20)
+            while await state.currentStats().production == 0 {
+                try #require(ContinuousClock.now < deadline, "the call never arrived")
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            await state.releaseHolds()
+            let released = ContinuousClock.now
+            let body = try Fixtures.object(try await answer.body)
+            #expect(body["status"] as? Int == 0)
+            #expect(ContinuousClock.now - released < .seconds(5))
+        }
+    }
 }

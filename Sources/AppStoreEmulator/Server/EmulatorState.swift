@@ -8,8 +8,8 @@ actor EmulatorState {
     /// Failures already served per exact `receipt-data` string. Only receipts whose scenario has `fail`
     /// are recorded, so a benchmark with millions of distinct receipts does not grow it.
     private var scenarioFailures: [String: Int] = [:]
-    /// Set once the process is stopping: requests held by the `timeout` mode stop waiting, so a
-    /// 30-second hold does not hold up a graceful shutdown.
+    /// Set once the process is stopping: requests held by the `timeout` mode or delayed by latency stop
+    /// waiting, so a 30-second hold (or minutes of latency) does not hold up a graceful shutdown.
     private var holdsReleased = false
 
     /// Creates the state with the process's starting fault settings.
@@ -71,7 +71,7 @@ actor EmulatorState {
         scenarioFailures = [:]
     }
 
-    /// Ends every current and future `timeout` hold early; called when a stop signal arrives.
+    /// Ends every current and future hold (`timeout` mode, latency) early; called when a stop signal arrives.
     func releaseHolds() {
         holdsReleased = true
     }

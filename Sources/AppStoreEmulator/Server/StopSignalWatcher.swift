@@ -8,11 +8,11 @@ import Musl
 import Darwin
 #endif
 
-/// Releases the `timeout` holds as soon as SIGTERM or SIGINT arrives.
+/// Releases the holds (`timeout` mode, latency) as soon as SIGTERM or SIGINT arrives.
 ///
 /// Hummingbird's `runService` performs the graceful shutdown itself, and that shutdown waits for requests
 /// in flight; a request parked by the `timeout` mode would keep the process alive for the whole hold
-/// (30 s by default), past `docker stop`'s patience. Watching the same signals lets those requests
+/// (30 s by default), and a call delayed by latency for its whole delay, past `docker stop`'s patience. Watching the same signals lets those requests
 /// answer at once. Dispatch signal sources coexist with the ones swift-service-lifecycle installs.
 final class StopSignalWatcher: Sendable {
     // Dispatch sources are thread-safe; the array is immutable after init.

@@ -28,8 +28,10 @@ struct VerifyReceiptController: Sendable {
         // Read the body even when a failure is injected, so the connection stays reusable.
         let body = try await request.collectBody(upTo: Self.maxBodySize)
         let admission = await state.admit(endpoint)
+        // Latency, like a `timeout` hold, ends early on a stop signal: a graceful shutdown waits for the
+        // calls in flight, and an operator may have set minutes of it.
         if admission.latencyMs > 0 {
-            try await Task.sleep(for: .milliseconds(admission.latencyMs))
+            try await state.hold(milliseconds: admission.latencyMs)
         }
         if let failure = admission.injectedFailure {
             return try await FaultResponder.response(for: failure, endpoint: endpoint, holdMs: admission.timeoutHoldMs, retryableKey: .hyphen, state: state)
@@ -45,7 +47,7 @@ struct VerifyReceiptController: Sendable {
             return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21002))
         }
         if scenario.latencyMs > 0 {
-            try await Task.sleep(for: .milliseconds(scenario.latencyMs))
+            try await state.hold(milliseconds: scenario.latencyMs)
         }
         if let fail = scenario.fail, fail.count > 0,
             await state.consumeScenarioFailure(receiptData: verifyRequest.receiptData, count: fail.count) {
