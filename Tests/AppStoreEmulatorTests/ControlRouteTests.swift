@@ -174,7 +174,7 @@ struct ControlRouteTests {
                 try #require(ContinuousClock.now < deadline, "the call never arrived")
                 try await Task.sleep(for: .milliseconds(5))
             }
-            await state.releaseHolds()
+            state.releaseHolds()
             let released = ContinuousClock.now
             let body = try Fixtures.object(try await answer.body)
             #expect(body["status"] as? Int == 0)

@@ -9,7 +9,7 @@ struct EmulatorStateTests {
         let clock = ContinuousClock()
         let holding = Task { try await state.hold(milliseconds: 60_000) }
         try await Task.sleep(for: .milliseconds(50))
-        await state.releaseHolds()
+        state.releaseHolds()
         let start = clock.now
         try await holding.value
         #expect(clock.now - start < .seconds(2))

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// The emulator's mutable state: fault settings, call counters and per-scenario failure counters.
 ///
 /// An actor, so every route sees one consistent state without locks; each verifyReceipt call touches it
@@ -10,7 +12,8 @@ actor EmulatorState {
     private var scenarioFailures: [String: Int] = [:]
     /// Set once the process is stopping: requests held by the `timeout` mode or delayed by latency stop
     /// waiting, so a 30-second hold (or minutes of latency) does not hold up a graceful shutdown.
-    private var holdsReleased = false
+    /// Atomic, outside the actor's isolation: a delayed call checks it without a hop.
+    private let holdsReleased = Atomic<Bool>(false)
 
     /// Creates the state with the process's starting fault settings.
     init(settings: FaultSettings = .defaults) {
@@ -72,21 +75,15 @@ actor EmulatorState {
     }
 
     /// Ends every current and future hold (`timeout` mode, latency) early; called when a stop signal arrives.
-    func releaseHolds() {
-        holdsReleased = true
+    nonisolated func releaseHolds() {
+        holdsReleased.store(true, ordering: .relaxed)
     }
 
-    /// Whether holds have been released.
-    func areHoldsReleased() -> Bool {
-        holdsReleased
-    }
-
-    /// Waits up to `milliseconds`, or less once holds are released. Checking in short slices costs one
-    /// actor hop per slice per held request, nothing next to the hold itself.
+    /// Waits up to `milliseconds`, or less once holds are released (checked every 100 ms at most).
     nonisolated func hold(milliseconds: Int) async throws {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: .milliseconds(milliseconds))
-        while clock.now < deadline, await !areHoldsReleased() {
+        while clock.now < deadline, !holdsReleased.load(ordering: .relaxed) {
             let slice = min(deadline - clock.now, .milliseconds(100))
             try await Task.sleep(for: slice)
         }

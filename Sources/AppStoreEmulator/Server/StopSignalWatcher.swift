@@ -25,7 +25,7 @@ final class StopSignalWatcher: Sendable {
             signal(signalNumber, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
             source.setEventHandler {
-                Task { await state.releaseHolds() }
+                state.releaseHolds()
             }
             source.resume()
             return source
