@@ -448,4 +448,88 @@ struct PostgresClientTests {
         let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT 1") }
         #expect(error?.code == .closed)
     }
+
+    @Test("a statement timeout is read from connection options as PostgreSQL reads them; the last one wins, 0 means none")
+    func statementTimeoutOption() {
+        let cases: [(String, Duration?)] = [
+            ("-c statement_timeout=15s", .seconds(15)),
+            ("-c statement_timeout=15s -c statement_timeout=200 -c TimeZone=UTC", .milliseconds(200)),
+            ("--statement_timeout=2min", .seconds(120)),
+            ("-c statement-timeout=1h", .seconds(3600)),
+            ("-c statement_timeout=1d", .seconds(86400)),
+            ("-c statement_timeout=500ms", .milliseconds(500)),
+            ("-c statement_timeout=750us", .microseconds(750)),
+            ("-c statement_timeout=15s -c statement_timeout=0", nil),
+            ("-c statement_timeout=1.5s", nil),
+            ("-c statement_timeout=15parsecs", nil),
+            ("-c lock_timeout=5s", nil),
+            ("", nil),
+        ]
+        for (options, expected) in cases {
+            #expect(PostgresConnection.statementTimeout(in: options) == expected, "\(options)")
+        }
+    }
+
+    @Test("a server that stops answering mid-call ends the call at the statement timeout and its grace, not never; the client then serves again")
+    func silentServer() async throws {
+        let base = try await TestEnvironment.freshDatabase()
+        let url = try Self.url(base, adding: [URLQueryItem(name: "options", value: "-c statement_timeout=1s")])
+        let client = PostgresClient(url: url, connections: 1)
+        try await TestEnvironment.using(client) {
+            let backend = Int32(try #require(try await client.query("SELECT pg_backend_pid() AS pid").first?.decode(Int.self, "pid")))
+            // The backend stops: the socket stays open and the kernel acknowledges, but nothing answers.
+            try #require(kill(backend, SIGSTOP) == 0, "cannot stop PostgreSQL's backend (is the test database local?)")
+            let clock = ContinuousClock()
+            let asked = clock.now
+            enum Outcome: Sendable { case answered, failed(PostgresError, Duration), stillWaiting }
+            let outcome = try await withThrowingTaskGroup(of: Outcome.self) { group in
+                group.addTask {
+                    do {
+                        try await client.query("SELECT 1")
+                        return .answered
+                    } catch let error as PostgresError {
+                        return .failed(error, clock.now - asked)
+                    }
+                }
+                group.addTask {
+                    try await Task.sleep(for: .seconds(30))
+                    return .stillWaiting
+                }
+                let first = try #require(try await group.next())
+                kill(backend, SIGCONT)
+                group.cancelAll()
+                return first
+            }
+            kill(backend, SIGCONT)
+            guard case .failed(let error, let after) = outcome else {
+                Issue.record("the call did not fail at its deadline: \(outcome)")
+                return
+            }
+            #expect(error.isUnavailable, "\(error)")
+            #expect(after >= .seconds(1) + PostgresConnection.answerGrace, "it gave up at \(after)")
+            #expect(after < .seconds(20), "it gave up at \(after)")
+            // The connection was given up; the next call gets a fresh one.
+            let fresh = Int32(try #require(try await client.query("SELECT pg_backend_pid() AS pid").first?.decode(Int.self, "pid")))
+            #expect(fresh != backend)
+        }
+    }
+
+    @Test("a migration's session has no statement timeout and no answer deadline; both come back after it")
+    func withoutStatementTimeout() async throws {
+        let base = try await TestEnvironment.freshDatabase()
+        let url = try Self.url(base, adding: [URLQueryItem(name: "options", value: "-c statement_timeout=300")])
+        let client = PostgresClient(url: url, connections: 1)
+        try await TestEnvironment.using(client) {
+            try await client.withConnection { session in
+                try await session.withoutStatementTimeout {
+                    // Longer than the statement timeout and its grace together.
+                    try await session.query("SELECT pg_sleep(5.5)")
+                    #expect(try await session.query("SHOW statement_timeout").first?.decode(String.self, "statement_timeout") == "0")
+                }
+                #expect(try await session.query("SHOW statement_timeout").first?.decode(String.self, "statement_timeout") == "300ms")
+                let error = await #expect(throws: PostgresError.self) { try await session.query("SELECT pg_sleep(2)") }
+                #expect(error?.sqlState == "57014")
+            }
+        }
+    }
 }

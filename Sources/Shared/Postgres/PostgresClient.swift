@@ -12,7 +12,8 @@ import Synchronization
 /// Nothing waits for good: a caller that finds every connection busy for `acquireTimeout` gets an error
 /// (a 503 in the API), and each statement is bounded by the session's `statement_timeout` (see
 /// ``PostgresConnection``), so a stalled PostgreSQL (a lock held by an idle transaction, a stuck disk)
-/// is reported instead of holding requests and health checks.
+/// is reported instead of holding requests and health checks. A server that does not answer even then
+/// (a stopped backend) loses the connection ``PostgresConnection/answerGrace`` later.
 public final class PostgresClient: Sendable {
     private struct Waiter {
         let deadline: ContinuousClock.Instant
@@ -203,6 +204,28 @@ public struct PostgresSession: Sendable {
     /// Runs parameterless SQL text that may hold several statements (migrations).
     public func runScript(_ sql: String) async throws {
         try await self.run { try $0.executeScript(sql) }
+    }
+
+    /// Runs `body` without a statement timeout, and without a deadline for the server's answers, on this
+    /// lease's connection (a migration may rewrite a large table); both come back afterwards, and a
+    /// connection that cannot restore them is dropped.
+    public func withoutStatementTimeout<T>(_ body: () async throws -> T) async throws -> T {
+        try await self.run { connection in
+            _ = try connection.execute("SET statement_timeout = 0", [])
+            connection.answerDeadline = nil
+        }
+        let result: Result<T, any Error>
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        await self.onPoolThread { slot in
+            guard let connection = slot.connection else { return }
+            do {
+                _ = try connection.execute("RESET statement_timeout", [])
+                connection.answerDeadline = connection.defaultAnswerDeadline
+            } catch {
+                slot.connection = nil
+            }
+        }
+        return try result.get()
     }
 
     /// Runs `body` on a thread of the client's pool. A pool already stopped would run it on the calling

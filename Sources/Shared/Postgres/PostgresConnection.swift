@@ -18,6 +18,17 @@ final class PostgresConnection {
     /// A statement running longer fails (SQLSTATE 57014) instead of holding its caller, its connection
     /// and the callers waiting for one; the URL's `options` may set another (`-c statement_timeout=…`).
     static let defaultStatementTimeout = "15s"
+    /// How long past its statement timeout a call waits for the server's answer before it gives the
+    /// connection up: the server enforces the timeout itself, so a server that says nothing by then is
+    /// not running the statement (a stopped backend, a proxy whose other side froze) and never will.
+    static let answerGrace = Duration.seconds(5)
+
+    /// The session's statement timeout when it connected (`nil`: none, or a value this cannot read).
+    let statementTimeout: Duration?
+    /// How long a call waits for the server's answer, from when it is sent; `nil` waits as long as it takes.
+    var answerDeadline: Duration?
+    /// The wait that follows the session's statement timeout.
+    var defaultAnswerDeadline: Duration? { self.statementTimeout.map { $0 + Self.answerGrace } }
 
     /// Connects with a `postgres://` URL; sessions run in UTC with ISO dates, hex bytea and UTF-8 so
     /// values parse back. Defaults the URL may override: TCP keepalives and a user timeout, which end a
@@ -34,6 +45,8 @@ final class PostgresConnection {
         let options = [
             "-c statement_timeout=\(Self.defaultStatementTimeout)", Self.urlOptions(url), "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex",
         ].filter { !$0.isEmpty }.joined(separator: " ")
+        self.statementTimeout = Self.statementTimeout(in: options)
+        self.answerDeadline = self.statementTimeout.map { $0 + Self.answerGrace }  // defaultAnswerDeadline
         let values = ["10", "5", "3", "30000", "tollgate", "10", url, "UTF8", options]
         let handle = Self.withCStrings(keywords) { keywordPointers in
             Self.withCStrings(values) { valuePointers in
@@ -72,6 +85,23 @@ final class PostgresConnection {
             option += 1
         }
         return ""
+    }
+
+    /// The last `statement_timeout` that connection options set (`-c statement_timeout=15s`,
+    /// `--statement_timeout=500`), as PostgreSQL reads it: a bare number is milliseconds. `nil` for 0
+    /// (no timeout) and for what this cannot read (which then has no deadline on the client's side either).
+    static func statementTimeout(in options: String) -> Duration? {
+        guard let match = options.matches(of: /statement[_-]timeout=(\d+)(us|ms|s|min|h|d)?(?=\s|$)/).last,
+            let amount = Int64(match.1), amount > 0
+        else { return nil }
+        switch match.2 {
+        case "us": return .microseconds(amount)
+        case "s": return .seconds(amount)
+        case "min": return .seconds(amount * 60)
+        case "h": return .seconds(amount * 3600)
+        case "d": return .seconds(amount * 86400)
+        default: return .milliseconds(amount)
+        }
     }
 
     /// Why libpq could not use this URL (an unknown parameter, a bad escape, an `sslmode` it does not
@@ -135,23 +165,64 @@ final class PostgresConnection {
     func execute(_ sql: String, _ parameters: [String?]) throws -> PostgresResult {
         try Self.refuseNUL(parameters)
         let statement = try self.preparedName(for: sql, parameterCount: parameters.count)
-        let result = Self.withOptionalCStrings(parameters) { values in
+        let deadline = self.deadline()
+        let sent = Self.withOptionalCStrings(parameters) { values in
             if let statement {
-                PQexecPrepared(self.handle, statement, Int32(parameters.count), values, nil, nil, 0)
+                PQsendQueryPrepared(self.handle, statement, Int32(parameters.count), values, nil, nil, 0)
             } else {
-                PQexecParams(self.handle, sql, Int32(parameters.count), nil, values, nil, nil, 0)
+                PQsendQueryParams(self.handle, sql, Int32(parameters.count), nil, values, nil, nil, 0)
             }
         }
-        guard let result else {
-            throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
+        guard sent == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+        return try self.results(until: deadline)
+    }
+
+    /// When the answer to a call sent now is due.
+    private func deadline() -> ContinuousClock.Instant? {
+        self.answerDeadline.map { ContinuousClock.now + $0 }
+    }
+
+    /// Reads every result of the call just sent (one per statement of its text), up to the NULL that ends
+    /// them: the last one's rows, or the first error.
+    private func results(until deadline: ContinuousClock.Instant?) throws -> PostgresResult {
+        var rows = PostgresResult(rows: [], affectedRows: 0)
+        var firstError: PostgresError?
+        while let result = try self.nextResult(until: deadline) {
+            defer { PQclear(result) }
+            switch PQresultStatus(result) {
+            case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
+                rows = Self.rows(of: result)
+            default:
+                if firstError == nil { firstError = Self.error(from: result, healthy: self.isHealthy) }
+            }
         }
-        defer { PQclear(result) }
-        switch PQresultStatus(result) {
-        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
-            return Self.rows(of: result)
-        default:
-            throw Self.error(from: result, healthy: self.isHealthy)
+        if let firstError { throw firstError }
+        guard self.isHealthy else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+        return rows
+    }
+
+    /// `PQgetResult`, which blocks until the server's next answer, once that answer is in; past `deadline`
+    /// the connection is given up instead (a `.connection` error: the pool drops it).
+    private func nextResult(until deadline: ContinuousClock.Instant?) throws -> OpaquePointer? {
+        if let deadline {
+            while PQisBusy(self.handle) == 1 {
+                let left = deadline - ContinuousClock.now
+                guard left > .zero else {
+                    throw PostgresError(.connection, "PostgreSQL sent no answer within \(self.answerDeadline ?? .zero) (statement timeout and grace)")
+                }
+                let (seconds, attoseconds) = left.components
+                let milliseconds = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000 + 1)
+                var socket = pollfd(fd: PQsocket(self.handle), events: Int16(POLLIN), revents: 0)
+                let ready = poll(&socket, 1, milliseconds)
+                if ready < 0, errno != EINTR {
+                    throw PostgresError(.connection, "cannot wait for PostgreSQL's answer: \(String(cString: strerror(errno)))")
+                }
+                if ready > 0, PQconsumeInput(self.handle) != 1 {
+                    throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
+                }
+            }
         }
+        return PQgetResult(self.handle)
     }
 
     /// Runs several statements in one round trip (libpq's pipeline mode): all are sent, then all results
@@ -176,13 +247,14 @@ final class PostgresConnection {
             guard sent == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
         }
         guard PQpipelineSync(self.handle) == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+        let deadline = self.deadline()
 
         var results: [PostgresResult] = []
         var firstError: PostgresError?
         for _ in statements {
             var answer: PostgresResult?
             // Each statement's results end with a NULL.
-            while let result = PQgetResult(self.handle) {
+            while let result = try self.nextResult(until: deadline) {
                 defer { PQclear(result) }
                 switch PQresultStatus(result) {
                 case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
@@ -197,7 +269,7 @@ final class PostgresConnection {
             results.append(answer ?? PostgresResult(rows: [], affectedRows: 0))
         }
         // Then the sync point.
-        while let result = PQgetResult(self.handle) {
+        while let result = try self.nextResult(until: deadline) {
             let status = PQresultStatus(result)
             PQclear(result)
             if status == PGRES_PIPELINE_SYNC { break }
@@ -211,11 +283,11 @@ final class PostgresConnection {
         if let name = self.prepared[sql] { return name }
         guard self.prepared.count < Self.maxPrepared, Self.isPreparable(sql) else { return nil }
         let name = "tg_\(self.prepared.count + 1)"
-        guard let result = PQprepare(self.handle, name, sql, Int32(parameterCount), nil) else {
+        let deadline = self.deadline()
+        guard PQsendPrepare(self.handle, name, sql, Int32(parameterCount), nil) == 1 else {
             throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
         }
-        defer { PQclear(result) }
-        guard PQresultStatus(result) == PGRES_COMMAND_OK else { throw Self.error(from: result, healthy: self.isHealthy) }
+        _ = try self.results(until: deadline)
         self.prepared[sql] = name
         return name
     }
@@ -230,16 +302,11 @@ final class PostgresConnection {
     /// Runs SQL text with no parameters, several statements allowed (migrations). Values are never
     /// spliced into it: anything carrying a value goes through ``execute(_:_:)``.
     func executeScript(_ sql: String) throws {
-        guard let result = PQexec(self.handle, sql) else {
+        let deadline = self.deadline()
+        guard PQsendQuery(self.handle, sql) == 1 else {
             throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
         }
-        defer { PQclear(result) }
-        switch PQresultStatus(result) {
-        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
-            return
-        default:
-            throw Self.error(from: result, healthy: self.isHealthy)
-        }
+        _ = try self.results(until: deadline)
     }
 
     private static func error(from result: OpaquePointer, healthy: Bool) -> PostgresError {

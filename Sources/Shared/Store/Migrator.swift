@@ -20,17 +20,16 @@ public struct Migrator: Sendable {
         try await self.database.withConnection { session in
             // No statement timeout here: a migration may rewrite a large table, and a second process waits
             // for the lock as long as the first one migrates.
-            try await session.query("SET statement_timeout = 0")
-            try await session.query("SELECT pg_advisory_lock($1)", [Self.lockKey])
-            do {
-                let applied = try await Self.apply(migrations, session: session, logger: self.logger)
-                try await session.query("SELECT pg_advisory_unlock($1)", [Self.lockKey])
-                try await session.query("RESET statement_timeout")
-                return applied
-            } catch {
-                _ = try? await session.query("SELECT pg_advisory_unlock($1)", [Self.lockKey])
-                _ = try? await session.query("RESET statement_timeout")
-                throw error
+            try await session.withoutStatementTimeout {
+                try await session.query("SELECT pg_advisory_lock($1)", [Self.lockKey])
+                do {
+                    let applied = try await Self.apply(migrations, session: session, logger: self.logger)
+                    try await session.query("SELECT pg_advisory_unlock($1)", [Self.lockKey])
+                    return applied
+                } catch {
+                    _ = try? await session.query("SELECT pg_advisory_unlock($1)", [Self.lockKey])
+                    throw error
+                }
             }
         }
     }
