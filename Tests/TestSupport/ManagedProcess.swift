@@ -29,8 +29,27 @@ public final class ManagedProcess: @unchecked Sendable {
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: self.logPath))
         process.standardOutput = log
         process.standardError = log
-        try process.run()
+        try Self.spawnWithSignalsUnblocked(process)
         self.process = process
+    }
+
+    /// Starts `process` from a thread of its own that blocks no signal. A child inherits the signal mask
+    /// of the thread that spawns it, and the threads Swift concurrency runs tasks on block nearly every
+    /// signal: a `redis-server` started from one never saw SIGTERM, so ``stop()`` waited 30 s and killed
+    /// it, without the final AOF write a stop should have.
+    private static func spawnWithSignalsUnblocked(_ process: Process) throws {
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var outcome: Result<Void, any Error> = .success(())
+        let thread = Thread {
+            var none = sigset_t()
+            sigemptyset(&none)
+            pthread_sigmask(SIG_SETMASK, &none, nil)
+            outcome = Result { try process.run() }
+            done.signal()
+        }
+        thread.start()
+        done.wait()
+        try outcome.get()
     }
 
     /// The process id.
