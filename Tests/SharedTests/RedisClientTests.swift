@@ -200,6 +200,33 @@ struct RedisClientTests {
         }
     }
 
+    @Test("a server demoted to a replica (READONLY) makes the client reconnect, so a failover's new primary can be reached")
+    func reconnectsAfterReadOnly() async throws {
+        let server = try await DedicatedRedis()
+        let client = RedisClient(configuration: try RedisConfiguration(url: server.url), connections: 1)
+        let admin = RedisClient(configuration: try RedisConfiguration(url: server.url), connections: 1)
+        try await TestEnvironment.using(client, admin, server) {
+            try await client.send("SET", "k", "before")
+            let firstId = try #require(try await client.send("CLIENT", "ID").int)
+            // A replica of a primary that is not there: it keeps its data and refuses writes.
+            try await admin.send("REPLICAOF", "127.0.0.1", String(try Self.closedPort()))
+            let error = await #expect(throws: RedisError.self) { try await client.send("SET", "k", "during") }
+            #expect(error?.isReadOnly == true)
+            #expect(error?.isUnavailable == true)
+            try await admin.send("REPLICAOF", "NO", "ONE")
+            let secondId = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(20), "the client to answer again") { () async throws -> Int? in
+                do {
+                    return try await client.send("CLIENT", "ID").int
+                } catch let error as RedisError where error.code == .connection {
+                    return nil
+                }
+            }
+            #expect(secondId != firstId, "the client kept the connection to the replica")
+            try await client.send("SET", "k", "after")
+            #expect(try await client.send("GET", "k") == .bulk(Array("after".utf8)))
+        }
+    }
+
     @Test("CLIENT KILL TYPE normal of all the client's connections: the next commands recover")
     func reconnectsAfterKillByType() async throws {
         // The kill is narrowed to a user of this test's own, so tests running alongside keep their connections.

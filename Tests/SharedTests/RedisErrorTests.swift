@@ -22,9 +22,21 @@ struct RedisErrorTests {
         ("WRONGTYPE Operation against a key holding the wrong kind of value", false),
         ("ERR unknown command", false),
         ("NOSCRIPT No matching script", false),
+        ("ERR max number of clients reached", true),
     ])
     func unavailable(message: String, expected: Bool) {
         #expect(RedisError(.server, message).isUnavailable == expected)
+    }
+
+    @Test("a read-only replica is told apart, inside a script too", arguments: [
+        ("READONLY You can't write against a read only replica.", true),
+        ("ERR Error running script (call to f_5e1b): @user_script:3: @user_script: 3: -READONLY You can't write against a read only replica.", true),
+        ("ERR READONLY is not a command", false),
+        ("OOM command not allowed when used memory > 'maxmemory'.", false),
+    ])
+    func readOnly(message: String, expected: Bool) {
+        #expect(RedisError(.server, message).isReadOnly == expected)
+        #expect(!RedisError(.connection, message).isReadOnly)
     }
 
     @Test("connection failures and a closed client are unavailable")

@@ -7,6 +7,7 @@ public protocol AsyncShutdown: Sendable {
 
 extension RedisClient: AsyncShutdown {}
 extension PostgresClient: AsyncShutdown {}
+extension DedicatedRedis: AsyncShutdown {}
 
 extension TestEnvironment {
     /// Runs `body`, then shuts the clients down whether it returned or threw.

@@ -42,6 +42,11 @@ public final class DedicatedRedis: @unchecked Sendable {
         self.server = nil
     }
 
+    /// Stops the server, for ``TestEnvironment/using(_:body:)``.
+    public func shutdown() async {
+        await self.stop()
+    }
+
     /// Freezes the server (SIGSTOP): connections stay open and nothing answers, as from a stalled host.
     public func pause() {
         self.server?.signal(SIGSTOP)

@@ -48,14 +48,25 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     /// with `noeviction`), unable to persist (`MISCONF`), busy with a long script, or short of replicas.
     /// A command refused inside a script counts too: Redis 7 puts its error code first, Redis 6 wraps it
     /// (`ERR Error running script (…): @user_script:12: -OOM …`).
+    /// So is a server at `maxclients`, which answers a new connection with an error before closing it.
     public var isUnavailable: Bool {
         if self.isConnectionFailure { return true }
         guard self.code == .server else { return false }
-        var errorCode = self.message.prefix { $0 != " " }
+        if self.message.hasPrefix("ERR max number of clients reached") { return true }
+        return ["LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "OOM", "MISCONF", "BUSY", "NOREPLICAS"].contains(self.errorCode)
+    }
+
+    /// Whether the server is a replica now (`READONLY`): a primary demoted in a failover whose address
+    /// still leads to it. Only a new connection can reach the new primary.
+    public var isReadOnly: Bool { self.code == .server && self.errorCode == "READONLY" }
+
+    /// The error reply's code (`ERR`, `OOM`, …): inside a script, the refused command's.
+    private var errorCode: Substring {
+        let errorCode = self.message.prefix { $0 != " " }
         if errorCode == "ERR", self.message.hasPrefix("ERR Error running script"), let dash = self.message.range(of: ": -") {
-            errorCode = self.message[dash.upperBound...].prefix { $0 != " " }
+            return self.message[dash.upperBound...].prefix { $0 != " " }
         }
-        return ["LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "OOM", "MISCONF", "BUSY", "NOREPLICAS"].contains(errorCode)
+        return errorCode
     }
 
     public var description: String { "Redis \(self.code): \(self.message)" }

@@ -273,6 +273,12 @@ final class RedisReplyHandler: ChannelInboundHandler {
                 switch (waiter, reply) {
                 case (.caller(let continuation), _):
                     continuation.resume(with: reply.mapError { $0 })
+                    if case .failure(let error) = reply, error.isReadOnly {
+                        // A failover demoted this server and its address still leads here: reconnect, so the
+                        // next commands resolve the address again and reach the new primary. The commands
+                        // still waiting get a retryable connection error.
+                        return self.fail(context, RedisError(.connection, "Redis became a read-only replica: reconnecting"))
+                    }
                 case (.setup, .failure(let error)):
                     // The AUTH error text is Redis' own ("WRONGPASS …"); it never contains the password.
                     return self.fail(context, RedisError(.connection, "setup failed: \(error.message)"))
