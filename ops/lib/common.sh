@@ -201,14 +201,37 @@ tg_pid_alive() {
   [[ "${stat:0:1}" != "Z" ]]
 }
 
-# The pid stored in FILE, when that process is alive; empty otherwise.
+# When PID started (clock ticks since boot, /proc/PID/stat field 22); empty when it is gone. A pid and
+# its start time name one process: a pid reused by another process has another start time.
+tg_pid_starttime() {
+  local stat fields
+  stat="$( { cat "/proc/$1/stat"; } 2>/dev/null || true)"
+  [[ -n "$stat" ]] || return 0
+  read -r -a fields <<<"${stat##*) }"
+  printf '%s' "${fields[19]:-}"
+}
+
+# Record PID (and its start time) in FILE, for tg_pidfile_pid.
+tg_write_pidfile() {
+  local file="$1" pid="$2"
+  printf '%s %s\n' "$pid" "$(tg_pid_starttime "$pid")" >"$file"
+}
+
+# The pid stored in FILE, when that process is alive and, if FILE records a start time (tg_write_pidfile),
+# is still the process that started then; empty otherwise (after a restart of the machine or the
+# container, the pid may belong to an unrelated process now).
 tg_pidfile_pid() {
-  local file="$1" pid
+  local file="$1" line pid started
   [[ -f "$file" ]] || return 0
-  pid="$(head -n 1 "$file" 2>/dev/null | tr -dc '0-9')"
-  if tg_pid_alive "$pid"; then
-    printf '%s' "$pid"
+  line="$(head -n 1 "$file" 2>/dev/null || true)"
+  pid="$(tr -dc '0-9' <<<"${line%% *}")"
+  started=""
+  [[ "$line" == *" "* ]] && started="$(tr -dc '0-9' <<<"${line#* }")"
+  tg_pid_alive "$pid" || return 0
+  if [[ -n "$started" && "$(tg_pid_starttime "$pid")" != "$started" ]]; then
+    return 0
   fi
+  printf '%s' "$pid"
 }
 
 # Wait until PID has exited, for at most SECONDS (fractional polling).
@@ -429,7 +452,8 @@ tg_stop_postgres() {
 
 tg_redis_ping() {
   local port="$1"
-  [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == "PONG" ]]
+  # redis-cli has no read timeout: a Redis that takes the connection and never answers (stopped) would hold it.
+  [[ "$(timeout 3 redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == "PONG" ]]
 }
 
 # Start Redis with its files under DIR, on 127.0.0.1:PORT, AOF fsync every second.
@@ -479,7 +503,7 @@ tg_stop_redis() {
   fi
   tg_log "stopping Redis (127.0.0.1:$port)"
   # AOF is flushed on shutdown; "nosave" only skips the (disabled) RDB snapshot.
-  redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  timeout 20 redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
   if [[ -n "$pid" ]] && ! tg_wait_pid_gone "$pid" 15; then
     tg_warn "Redis (pid $pid) still alive after SHUTDOWN; killing it"
     kill -TERM "$pid" 2>/dev/null || true
