@@ -72,6 +72,8 @@ struct ControlRouteTests {
         (#"{"failMode":"explode"}"#, "failMode"),
         (#"{"latencyMs":-1}"#, "latencyMs"),
         (#"{"failRate":1,"timeoutHoldMs":-5}"#, "timeoutHoldMs"),
+        (#"{"failrate":1}"#, "failrate"),
+        (#"{"failRate":1,"mode":"html"}"#, "mode"),
     ])
     func refusedConfig(body: String, field: String) async throws {
         try await Fixtures.makeApplication().test(.router) { client in

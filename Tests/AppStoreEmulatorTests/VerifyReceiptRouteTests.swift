@@ -257,4 +257,15 @@ struct VerifyReceiptRouteTests {
             #expect(inApp.map { $0["transaction_id"] as? String } == ["3", "1", "2"])
         }
     }
+
+    @Test("a GET answers as Apple does: HTTP 200, status 21000 (not a POST), on both routes")
+    func getAnswers21000() async throws {
+        try await Fixtures.makeApplication().test(.router) { client in
+            for path in ["/verifyReceipt", "/sandbox/verifyReceipt"] {
+                let response = try await client.execute(uri: path, method: .get)
+                #expect(response.status == .ok, "\(path)")
+                #expect(try Fixtures.object(response.body)["status"] as? Int == 21000, "\(path)")
+            }
+        }
+    }
 }

@@ -9,6 +9,39 @@ struct FaultSettingsUpdate: Decodable, Sendable {
     /// New `timeoutHoldMs`, when given.
     var timeoutHoldMs: Int?
 
+    private enum CodingKeys: String, CodingKey, CaseIterable {
+        case latencyMs, failRate, failMode, timeoutHoldMs
+    }
+
+    /// A key the update does not know: a typo (`failrate`) must not answer 200 and change nothing.
+    struct UnknownField: Error {
+        let name: String
+
+        var controlError: ControlError {
+            .invalidField(self.name, "unknown field \"\(self.name)\"; the fields are \(CodingKeys.allCases.map(\.stringValue).joined(separator: ", "))")
+        }
+    }
+
+    private struct AnyKey: CodingKey {
+        let stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    init() {}
+
+    init(from decoder: any Decoder) throws {
+        if let unknown = try decoder.container(keyedBy: AnyKey.self).allKeys.first(where: { CodingKeys(stringValue: $0.stringValue) == nil }) {
+            throw UnknownField(name: unknown.stringValue)
+        }
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.latencyMs = try container.decodeIfPresent(Int.self, forKey: .latencyMs)
+        self.failRate = try container.decodeIfPresent(Double.self, forKey: .failRate)
+        self.failMode = try container.decodeIfPresent(String.self, forKey: .failMode)
+        self.timeoutHoldMs = try container.decodeIfPresent(Int.self, forKey: .timeoutHoldMs)
+    }
+
     /// Applies the update to `settings`, or names the first field whose value is unacceptable.
     ///
     /// Nothing changes when any field is refused, so a script never leaves the emulator half-configured.

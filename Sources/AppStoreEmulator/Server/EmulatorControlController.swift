@@ -41,6 +41,8 @@ struct EmulatorControlController: Sendable {
         } else {
             do {
                 update = try JSONDecoder().decode(FaultSettingsUpdate.self, from: Data(body.readableBytesView))
+            } catch let unknown as FaultSettingsUpdate.UnknownField {
+                return try JSONAnswer.response(unknown.controlError, status: .badRequest)
             } catch {
                 return try JSONAnswer.response(ControlError.malformedJSON(), status: .badRequest)
             }

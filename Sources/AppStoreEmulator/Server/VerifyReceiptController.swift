@@ -9,13 +9,16 @@ struct VerifyReceiptController: Sendable {
     let state: EmulatorState
     let verifier = ReceiptVerifier()
 
-    /// Registers both routes on `router`.
+    /// Registers both routes on `router`. A `GET` (a client that followed a redirect as browsers do) gets
+    /// Apple's answer to it: HTTP 200 with status 21000, "not made using the HTTP POST request method".
     func addRoutes<Context: RequestContext>(to router: Router<Context>) {
-        router.post(RouterPath(AppleEnvironment.production.path)) { request, _ in
-            try await self.verify(request, endpoint: .production)
-        }
-        router.post(RouterPath(AppleEnvironment.sandbox.path)) { request, _ in
-            try await self.verify(request, endpoint: .sandbox)
+        for endpoint in [AppleEnvironment.production, .sandbox] {
+            router.post(RouterPath(endpoint.path)) { request, _ in
+                try await self.verify(request, endpoint: endpoint)
+            }
+            router.get(RouterPath(endpoint.path)) { _, _ in
+                try JSONAnswer.response(AppleVerifyReceiptResponse.status(21000))
+            }
         }
     }
 
