@@ -514,6 +514,22 @@ struct PostgresClientTests {
         }
     }
 
+    @Test("a lease that left its session inside a transaction does not hand that transaction to the next lease")
+    func leaseLeftInTransaction() async throws {
+        let client = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1)
+        try await TestEnvironment.using(client) {
+            try await client.withConnection { session in
+                try await session.query("BEGIN")
+                try await session.query("CREATE TABLE left_open (id int)")
+            }
+            // Inside that transaction, the table it created would be there; outside it, it never was.
+            #expect(
+                try await client.query("SELECT to_regclass('left_open') IS NULL AS gone").first?.decode(Bool.self, "gone") == true,
+                "the statement ran inside the earlier lease's transaction"
+            )
+        }
+    }
+
     @Test("a migration's session has no statement timeout and no answer deadline; both come back after it")
     func withoutStatementTimeout() async throws {
         let base = try await TestEnvironment.freshDatabase()

@@ -281,12 +281,18 @@ public struct PostgresSession: Sendable {
 
     /// Runs on a pool thread: forgets a connection that broke. Only the first statement of a lease
     /// (re)connects, after checking that the server did not close the connection while it was idle (a
-    /// restart, a terminated backend), so that its first use does not fail for it. A connection that
+    /// restart, a terminated backend), so that its first use does not fail for it, and that the last lease
+    /// did not leave it inside a transaction. A connection that
     /// broke later in the lease is not replaced: the statements after it would run outside the
     /// transaction they belong to.
     private static func withConnection<T>(slot: PostgresSlot, url: String, _ body: (PostgresConnection) throws -> T) throws -> T {
         if slot.leased {
-            if slot.connection?.isAlive != true { slot.connection = try PostgresConnection(url: url) }
+            // A session left inside a transaction (a caller that began one and neither committed nor rolled
+            // back) would run this lease's statements in it, or fail them all (25P02): a new connection instead.
+            if slot.connection?.isAlive != true || slot.connection?.isInTransaction == true {
+                slot.connection = nil
+                slot.connection = try PostgresConnection(url: url)
+            }
             slot.leased = false
         }
         guard let connection = slot.connection else { throw PostgresError(.connection, "the connection broke earlier in this lease") }
