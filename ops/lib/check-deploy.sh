@@ -6,7 +6,7 @@
 # - ops/systemd/*.service: `systemd-analyze verify` (syntax, directives, dependencies, executables)
 #   and `systemd-analyze security --offline` (the hardening stays at exposure 3.0 or below).
 # - ops/k8s/*.yaml: every object against the Kubernetes JSON schemas, strictly (an unknown field is
-#   an error), for the oldest and newest Kubernetes versions the kubernetes-validate package bundles,
+#   an error), for the oldest supported (1.27) and the newest Kubernetes versions the kubernetes-validate package bundles,
 #   plus cross-references the schemas cannot see (ops/lib/check_deploy.py). The schemas ship inside the
 #   package: nothing is fetched while checking. The package is installed with pip when missing.
 # - ops/Dockerfile and .dockerignore: parsed, not built (no Docker engine runs on the dev machines).

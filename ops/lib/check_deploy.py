@@ -47,10 +47,17 @@ def report(path: pathlib.Path, problems: list[str], what: str) -> bool:
 
 # ---------------------------------------------------------------------------------------- Kubernetes
 
+# The oldest Kubernetes the manifests support (ops/OPERATIONS.md): the PodDisruptionBudgets'
+# `unhealthyPodEvictionPolicy` is on by default from 1.27.
+MIN_KUBERNETES = (1, 27)
+
+
 def k8s_versions(utils) -> list[str]:
-    """The oldest and the newest Kubernetes versions whose schemas the package bundles."""
+    """The oldest supported and the newest Kubernetes versions whose schemas the package bundles."""
     versions = sorted({".".join(v.split(".")[:2]) for v in utils.all_versions()},
                       key=lambda v: tuple(int(part) for part in v.split(".")))
+    supported = [v for v in versions if tuple(int(part) for part in v.split(".")) >= MIN_KUBERNETES]
+    versions = supported or versions[-1:]
     return [versions[0], versions[-1]] if len(versions) > 1 else versions
 
 
