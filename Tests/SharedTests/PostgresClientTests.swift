@@ -461,6 +461,8 @@ struct PostgresClientTests {
             ("-c statement_timeout=750us", .microseconds(750)),
             ("-c statement_timeout=15s -c statement_timeout=0", nil),
             ("-c statement_timeout=1.5s", nil),
+            ("-c statement_timeout=15s -c statement_timeout=1.5min", nil),
+            ("-c statement_timeout=15s -c statement_timeout=30000.0", nil),
             ("-c statement_timeout=15parsecs", nil),
             ("-c lock_timeout=5s", nil),
             ("", nil),

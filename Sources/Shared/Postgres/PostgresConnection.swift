@@ -26,7 +26,7 @@ final class PostgresConnection {
     /// The session's statement timeout when it connected (`nil`: none, or a value this cannot read).
     let statementTimeout: Duration?
     /// How long a call waits for the server's answer, from when it is sent; `nil` waits as long as it takes.
-    var answerDeadline: Duration?
+    var answerDeadline: Duration? = nil
     /// The wait that follows the session's statement timeout.
     var defaultAnswerDeadline: Duration? { self.statementTimeout.map { $0 + Self.answerGrace } }
 
@@ -46,7 +46,6 @@ final class PostgresConnection {
             "-c statement_timeout=\(Self.defaultStatementTimeout)", Self.urlOptions(url), "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex",
         ].filter { !$0.isEmpty }.joined(separator: " ")
         self.statementTimeout = Self.statementTimeout(in: options)
-        self.answerDeadline = self.statementTimeout.map { $0 + Self.answerGrace }  // defaultAnswerDeadline
         let values = ["10", "5", "3", "30000", "tollgate", "10", url, "UTF8", options]
         let handle = Self.withCStrings(keywords) { keywordPointers in
             Self.withCStrings(values) { valuePointers in
@@ -60,6 +59,7 @@ final class PostgresConnection {
             throw PostgresError(.connection, message)
         }
         self.handle = handle
+        self.answerDeadline = self.defaultAnswerDeadline
         // Server notices ("relation … already exists, skipping") are not errors; libpq would print them to
         // stderr. Only a FATAL one matters: libpq reports the error a server sends before it closes an idle
         // session as a notice. The receiver runs inside libpq calls on this connection, while it is alive.
@@ -91,7 +91,9 @@ final class PostgresConnection {
     /// `--statement_timeout=500`), as PostgreSQL reads it: a bare number is milliseconds. `nil` for 0
     /// (no timeout) and for what this cannot read (which then has no deadline on the client's side either).
     static func statementTimeout(in options: String) -> Duration? {
-        guard let match = options.matches(of: /statement[_-]timeout=(\d+)(us|ms|s|min|h|d)?(?=\s|$)/).last,
+        // The last setting wins, as in PostgreSQL; one this cannot read means no deadline, never the earlier one.
+        guard let setting = options.matches(of: /statement[_-]timeout=(\S*)/).last?.1,
+            let match = setting.wholeMatch(of: /(\d+)(us|ms|s|min|h|d)?/),
             let amount = Int64(match.1), amount > 0
         else { return nil }
         switch match.2 {
