@@ -307,6 +307,13 @@ struct PostgresClientTests {
         return try #require(components.string)
     }
 
+    /// A one-connection client of a fresh database whose sessions have this statement timeout.
+    static func client(statementTimeout: String) async throws -> PostgresClient {
+        let base = try await TestEnvironment.freshDatabase()
+        let url = try Self.url(base, adding: [URLQueryItem(name: "options", value: "-c statement_timeout=\(statementTimeout)")])
+        return PostgresClient(url: url, connections: 1)
+    }
+
     /// Two clients of a fresh database: one whose connections carry the application name `name`, and a
     /// one-connection observer that does not.
     static func clients(named name: String, connections: Int) async throws -> (named: PostgresClient, observer: PostgresClient) {
@@ -474,9 +481,7 @@ struct PostgresClientTests {
 
     @Test("a server that stops answering mid-call ends the call at the statement timeout and its grace, not never; the client then serves again")
     func silentServer() async throws {
-        let base = try await TestEnvironment.freshDatabase()
-        let url = try Self.url(base, adding: [URLQueryItem(name: "options", value: "-c statement_timeout=1s")])
-        let client = PostgresClient(url: url, connections: 1)
+        let client = try await Self.client(statementTimeout: "1s")
         try await TestEnvironment.using(client) {
             let backend = Int32(try #require(try await client.query("SELECT pg_backend_pid() AS pid").first?.decode(Int.self, "pid")))
             // The backend stops: the socket stays open and the kernel acknowledges, but nothing answers.
@@ -534,9 +539,7 @@ struct PostgresClientTests {
 
     @Test("a migration's session has no statement timeout and no answer deadline; both come back after it")
     func withoutStatementTimeout() async throws {
-        let base = try await TestEnvironment.freshDatabase()
-        let url = try Self.url(base, adding: [URLQueryItem(name: "options", value: "-c statement_timeout=300")])
-        let client = PostgresClient(url: url, connections: 1)
+        let client = try await Self.client(statementTimeout: "300")
         try await TestEnvironment.using(client) {
             try await client.withConnection { session in
                 try await session.withoutStatementTimeout {

@@ -187,20 +187,30 @@ final class PostgresConnection {
     /// Reads every result of the call just sent (one per statement of its text), up to the NULL that ends
     /// them: the last one's rows, or the first error.
     private func results(until deadline: ContinuousClock.Instant?) throws -> PostgresResult {
-        var rows = PostgresResult(rows: [], affectedRows: 0)
+        let (rows, error) = try self.readResults(until: deadline)
+        if let error { throw error }
+        guard self.isHealthy else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+        return rows ?? PostgresResult(rows: [], affectedRows: 0)
+    }
+
+    /// Reads results up to the NULL that ends a call's (or one pipelined statement's): the last rows and
+    /// the first error, if any. A statement the server skipped after an earlier failure in a pipeline
+    /// (`PIPELINE_ABORTED`) has neither.
+    private func readResults(until deadline: ContinuousClock.Instant?) throws -> (rows: PostgresResult?, error: PostgresError?) {
+        var rows: PostgresResult?
         var firstError: PostgresError?
         while let result = try self.nextResult(until: deadline) {
             defer { PQclear(result) }
             switch PQresultStatus(result) {
             case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
                 rows = Self.rows(of: result)
+            case PGRES_PIPELINE_ABORTED:
+                break
             default:
                 if firstError == nil { firstError = Self.error(from: result, healthy: self.isHealthy) }
             }
         }
-        if let firstError { throw firstError }
-        guard self.isHealthy else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
-        return rows
+        return (rows, firstError)
     }
 
     /// `PQgetResult`, which blocks until the server's next answer, once that answer is in; past `deadline`
@@ -254,19 +264,9 @@ final class PostgresConnection {
         var results: [PostgresResult] = []
         var firstError: PostgresError?
         for _ in statements {
-            var answer: PostgresResult?
-            // Each statement's results end with a NULL.
-            while let result = try self.nextResult(until: deadline) {
-                defer { PQclear(result) }
-                switch PQresultStatus(result) {
-                case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY:
-                    answer = Self.rows(of: result)
-                case PGRES_PIPELINE_ABORTED:
-                    break
-                default:
-                    if firstError == nil { firstError = Self.error(from: result, healthy: self.isHealthy) }
-                }
-            }
+            // Each statement's results end with a NULL; the first error is thrown after the sync point.
+            let (answer, error) = try self.readResults(until: deadline)
+            if firstError == nil { firstError = error }
             guard self.isHealthy else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
             results.append(answer ?? PostgresResult(rows: [], affectedRows: 0))
         }
