@@ -8,6 +8,9 @@ struct JobProcessor: Sendable {
     let fulfiller: Fulfiller
     let retry: RetryPolicy
     let retentionSeconds: Int
+    /// How long a final outcome's record is tried again while Redis is away: the claim idle time, after which
+    /// a peer's claim would replay the entry anyway.
+    let recordPatience: Duration
     let logger: Logger
 
     /// Starts allowed before a job counts as poison: every recorded attempt, plus a margin for workers
@@ -93,69 +96,98 @@ struct JobProcessor: Sendable {
         }
     }
 
+    /// Records the outcome in Redis. A final one (granted, rejected, failed) that Redis cannot take now is
+    /// tried again with backoff for up to `recordPatience`, so the job reads final within about a second of
+    /// Redis coming back, not a claim idle time later; running a finishing script twice changes nothing.
+    /// Given up (or not final, or a shutdown came), the entry stays pending and is replayed by a claim; the
+    /// grant, if any, is already durable.
     private func record(_ outcome: FulfilmentOutcome, delivery: QueueDelivery, job: ReceiptJob, attempt: Int, acceptedAt: Int, logger: Logger) async {
-        let now = WallClock.nowMilliseconds()
         let recording = ContinuousClock.now
         defer { WorkerMetrics.step(.finish, ContinuousClock.now - recording) }
-        do {
-            switch outcome {
-            case .granted(let environment, let expiresAt, let claimed):
-                try await self.queue.finish(
-                    delivery, job: job, status: .granted, reason: nil, environment: environment, expiresAt: expiresAt, now: now,
-                    retentionSeconds: self.retentionSeconds, claimed: claimed
-                )
-                WorkerMetrics.job(status: .granted, reason: nil)
-                WorkerMetrics.grantLatency(milliseconds: now - acceptedAt)
-                logger.info("granted", metadata: ["environment": "\(environment)"])
-            case .rejected(let reason, let environment, let expiresAt):
-                try await self.finishRejected(
-                    delivery, job: job, reason: reason, environment: environment, expiresAt: expiresAt, now: now, logger: logger
-                )
-            case .failed(let reason, let detail):
-                try await self.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, logger: logger)
-            case .retry(let reason, let detail, let limit, let exhausted):
-                // A verdict's own limit counts the attempts that ended with that same answer (21002 three
-                // times), not every attempt: timeouts before it must not use it up.
-                // Such an answer, once it came twice, is asked again minutes later (RetryPolicy.limitedAnswerDelay).
-                // A 21002 is weighed against what every worker saw of Apple lately (RetryPolicy.incidentWindow).
-                var evidence: AppleEvidence?
-                if case .rejected(_, let environment) = exhausted {
-                    evidence = try await self.queue.appleMalformedAnswer(
-                        environment, jobId: job.jobId, now: now, windowMilliseconds: self.retry.incidentWindow
-                    )
+        let final: Bool
+        switch outcome {
+        case .granted, .rejected, .failed: final = true
+        case .retry: final = false
+        }
+        var backoff = Duration.milliseconds(100)
+        while true {
+            do {
+                try await self.recordOnce(outcome, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
+                return
+            } catch {
+                guard final, (error as? RedisError)?.isUnavailable == true, ContinuousClock.now - recording + backoff < self.recordPatience else {
+                    logger.warning("cannot record outcome", metadata: ["error": "\(error)"])
+                    return
                 }
-                let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt)
-                let repeatDue = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, atLeast: self.retry.limitedAnswerDelay)
-                let allowed = self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt)
-                if allowed,
-                    let parked = try await self.queue.retry(
-                        delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0, repeatDue) }
-                    )
-                {
-                    WorkerMetrics.job(status: .retrying, reason: reason)
-                    logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(parked - now)"])
-                } else {
-                    // Only the answer's own limit makes its end final (21002 three times: rejected). Out of the
-                    // policy's attempts or age first, the answer was never believed: failed, to be requeued.
-                    switch allowed ? exhausted : .failed(reason) {
-                    case .rejected(let final, _):
-                        if evidence?.looksLikeIncident == true {
-                            // Other receipts got 21002 too and Apple verified none lately: an incident, not this
-                            // receipt. The job goes on as Apple being unavailable, within the policy: granted once
-                            // Apple reads it, rejected if it still answers 21002 once Apple verifies others, or
-                            // failed (requeueable) when the policy runs out.
-                            try await self.retryDuringIncident(delivery, job: job, dueAt: repeatDue, reason: reason, detail: detail, now: now, logger: logger)
-                            return
-                        }
-                        try await self.finishRejected(delivery, job: job, reason: final, environment: nil, expiresAt: nil, now: now, logger: logger)
-                    case .failed(let final):
-                        try await self.deadLetter(delivery, job: job, reason: final, detail: detail, now: now, logger: logger)
+                if backoff == .milliseconds(100) {
+                    logger.warning("cannot record outcome yet; trying again until Redis answers", metadata: ["error": "\(error)"])
+                }
+                let waited = await untilGracefulShutdown { [backoff] in (try? await Task.sleep(for: backoff)) != nil }
+                guard waited == true else {
+                    logger.warning("cannot record outcome before shutdown", metadata: ["error": "\(error)"])
+                    return
+                }
+                backoff = min(backoff * 2, .seconds(2))
+            }
+        }
+    }
+
+    private func recordOnce(_ outcome: FulfilmentOutcome, delivery: QueueDelivery, job: ReceiptJob, attempt: Int, acceptedAt: Int, logger: Logger) async throws {
+        let now = WallClock.nowMilliseconds()
+        switch outcome {
+        case .granted(let environment, let expiresAt, let claimed):
+            try await self.queue.finish(
+                delivery, job: job, status: .granted, reason: nil, environment: environment, expiresAt: expiresAt, now: now,
+                retentionSeconds: self.retentionSeconds, claimed: claimed
+            )
+            WorkerMetrics.job(status: .granted, reason: nil)
+            WorkerMetrics.grantLatency(milliseconds: now - acceptedAt)
+            logger.info("granted", metadata: ["environment": "\(environment)"])
+        case .rejected(let reason, let environment, let expiresAt):
+            try await self.finishRejected(
+                delivery, job: job, reason: reason, environment: environment, expiresAt: expiresAt, now: now, logger: logger
+            )
+        case .failed(let reason, let detail):
+            try await self.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, logger: logger)
+        case .retry(let reason, let detail, let limit, let exhausted):
+            // A verdict's own limit counts the attempts that ended with that same answer (21002 three
+            // times), not every attempt: timeouts before it must not use it up.
+            // Such an answer, once it came twice, is asked again minutes later (RetryPolicy.limitedAnswerDelay).
+            // A 21002 is weighed against what every worker saw of Apple lately (RetryPolicy.incidentWindow).
+            var evidence: AppleEvidence?
+            if case .rejected(_, let environment) = exhausted {
+                evidence = try await self.queue.appleMalformedAnswer(
+                    environment, jobId: job.jobId, now: now, windowMilliseconds: self.retry.incidentWindow
+                )
+            }
+            let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt)
+            let repeatDue = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, atLeast: self.retry.limitedAnswerDelay)
+            let allowed = self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt)
+            if allowed,
+                let parked = try await self.queue.retry(
+                    delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0, repeatDue) }
+                )
+            {
+                WorkerMetrics.job(status: .retrying, reason: reason)
+                logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(parked - now)"])
+            } else {
+                // Only the answer's own limit makes its end final (21002 three times: rejected). Out of the
+                // policy's attempts or age first, the answer was never believed: failed, to be requeued.
+                switch allowed ? exhausted : .failed(reason) {
+                case .rejected(let final, _):
+                    if evidence?.looksLikeIncident == true {
+                        // Other receipts got 21002 too and Apple verified none lately: an incident, not this
+                        // receipt. The job goes on as Apple being unavailable, within the policy: granted once
+                        // Apple reads it, rejected if it still answers 21002 once Apple verifies others, or
+                        // failed (requeueable) when the policy runs out.
+                        try await self.retryDuringIncident(delivery, job: job, dueAt: repeatDue, reason: reason, detail: detail, now: now, logger: logger)
+                        return
                     }
+                    try await self.finishRejected(delivery, job: job, reason: final, environment: nil, expiresAt: nil, now: now, logger: logger)
+                case .failed(let final):
+                    try await self.deadLetter(delivery, job: job, reason: final, detail: detail, now: now, logger: logger)
                 }
             }
-        } catch {
-            // Not acknowledged: the entry stays pending and is replayed; the grant, if any, is already durable.
-            logger.warning("cannot record outcome", metadata: ["error": "\(error)"])
         }
     }
 

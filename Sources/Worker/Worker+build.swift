@@ -30,7 +30,8 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
         )
     )
     let processor = JobProcessor(
-        queue: queue, fulfiller: fulfiller, retry: configuration.retry, retentionSeconds: configuration.jobRetentionSeconds, logger: logger
+        queue: queue, fulfiller: fulfiller, retry: configuration.retry, retentionSeconds: configuration.jobRetentionSeconds,
+        recordPatience: .milliseconds(configuration.claimMinIdleMilliseconds), logger: logger
     )
     let consumer = Consumer(
         queue: queue, reader: reader, processor: processor, name: configuration.workerName,

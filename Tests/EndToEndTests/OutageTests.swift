@@ -83,6 +83,41 @@ struct OutageTests {
         await redis.stop()
     }
 
+    @Test("Redis down between a grant's commit and its record: once Redis is back the job reads granted within seconds, not after the claim idle time")
+    func redisDownAtRecord() async throws {
+        let redis = try await DedicatedRedis()
+        // The default claim idle time: a peer's claim alone would leave the job `processing` for a minute or more.
+        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_CLAIM_MIN_IDLE_MS": "60000"], redisURL: redis.url)
+        do {
+            try await system.startWorker(name: "e2e-redis-at-record")
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            // Apple takes 4 s: Redis goes away while the worker waits for it, and is away when the grant commits.
+            let reply = try await Self.submit(system, publisher, 1, latencyMs: 4000)
+            let job = try #require(reply.json["jobId"] as? String)
+            _ = try await Poll.until(timeout: .seconds(20), "the job processing") {
+                try await system.job(publisher, job)["status"] as? String == "processing" ? true : nil
+            }
+            await redis.stop()
+            _ = try await Poll.until(timeout: .seconds(30), "the grant committed while Redis is down") {
+                try await system.count("SELECT count(*) FROM wallet_entries") == 1 ? true : nil
+            }
+            try await redis.start()
+            let restarted = ContinuousClock.now
+            let status = try await Poll.until(timeout: .seconds(20), "the job granted") {
+                let status = try? await system.job(publisher, job)["status"] as? String
+                return status == "granted" ? status : nil
+            }
+            #expect(status == "granted", "granted \(ContinuousClock.now - restarted) after Redis came back")
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 1)
+        } catch {
+            await system.shutdown()
+            await redis.stop()
+            throw error
+        }
+        await system.shutdown()
+        await redis.stop()
+    }
+
     @Test("Redis full (maxmemory, noeviction): submissions answer 503 with Retry-After (counted 503) and write nothing, the access status still answers; with room again, accepted")
     func redisOutOfMemory() async throws {
         let redis = try await DedicatedRedis()

@@ -59,7 +59,10 @@ final class WorkerHarness: @unchecked Sendable {
                 )
             )
             self.publisher = try await catalog.createPublisher(name: "Worker tests").0
-            self.processor = JobProcessor(queue: queue, fulfiller: fulfiller, retry: retry, retentionSeconds: 86_400, logger: Logger(label: "test.worker"))
+            self.processor = JobProcessor(
+                queue: queue, fulfiller: fulfiller, retry: retry, retentionSeconds: 86_400, recordPatience: .seconds(60),
+                logger: Logger(label: "test.worker")
+            )
             self.emulator = process
             self.emulatorBase = emulatorBase
             self.http = http
