@@ -157,6 +157,41 @@ struct OutageTests {
         await redis.stop()
     }
 
+    @Test("Redis full (maxmemory, noeviction): jobs accepted before still start and finish, which is what frees room, while submissions answer 503")
+    func redisFullDrains() async throws {
+        let redis = try await DedicatedRedis()
+        // One job at a time: the second waits in the stream, unread, when Redis fills up.
+        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_WORKER_CONCURRENCY": "1"], redisURL: redis.url)
+        let admin = RedisClient(configuration: try RedisConfiguration(url: redis.url), connections: 1)
+        do {
+            try await system.startWorker(name: "e2e-redis-full")
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            // Apple takes 3 s over the first: it is processing when Redis fills up.
+            let first = try await Self.submit(system, publisher, 1, latencyMs: 3000)
+            let second = try await Self.submit(system, publisher, 2)
+            let jobs = [try #require(first.json["jobId"] as? String), try #require(second.json["jobId"] as? String)]
+            _ = try await Poll.until(timeout: .seconds(20), "the first job processing") {
+                try await system.job(publisher, jobs[0])["status"] as? String == "processing" ? true : nil
+            }
+            #expect(try await system.job(publisher, jobs[1])["status"] as? String == "queued")
+
+            _ = try await admin.send("CONFIG", "SET", "maxmemory", "1")
+            #expect(try await Self.submit(system, publisher, 3).status == 503)
+            // Each finish forgets its receipt, and the next job starts: Redis at maxmemory must let both happen.
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(30))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 2)
+            _ = try await admin.send("CONFIG", "SET", "maxmemory", "0")
+        } catch {
+            await admin.shutdown()
+            await system.shutdown()
+            await redis.stop()
+            throw error
+        }
+        await admin.shutdown()
+        await system.shutdown()
+        await redis.stop()
+    }
+
     @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503, receipts are still accepted, another publisher's job answers as an unknown one; back up, every job is granted once")
     func postgresOutage() async throws {
         let postgres = try await DedicatedPostgres()

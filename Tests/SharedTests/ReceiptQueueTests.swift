@@ -47,9 +47,11 @@ struct ReceiptQueueTests {
         }
     }
 
-    static func withQueue<T>(_ body: (Harness) async throws -> T) async throws -> T {
-        let redis = try TestEnvironment.redis(connections: 2)
-        let blocking = try TestEnvironment.redis(connections: 1)
+    /// On the shared test Redis, or on `redisURL` (a server of the test's own).
+    static func withQueue<T>(redisURL: String? = nil, _ body: (Harness) async throws -> T) async throws -> T {
+        let configuration = try RedisConfiguration(url: redisURL ?? TestEnvironment.redisURL())
+        let redis = RedisClient(configuration: configuration, connections: 2)
+        let blocking = RedisClient(configuration: configuration, connections: 1)
         let prefix = TestEnvironment.uniquePrefix()
         let harness = Harness(queue: ReceiptQueue(redis: redis, prefix: prefix), redis: redis, blocking: blocking)
         do {
@@ -545,13 +547,60 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("Redis at maxmemory: a submission is refused whole, while the workers' scripts (start, finish, retry, dead-letter, promote, restore) still run: finishing jobs is what frees room")
+    func workersRunWhenFull() async throws {
+        let server = try await DedicatedRedis()
+        do {
+            try await Self.withQueue(redisURL: server.url) { harness in
+                let jobs = (0..<4).map { _ in Fixtures.job(transactionId: Fixtures.transactionId()) }
+                for job in jobs { #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId)) }
+                let deliveries = try await harness.read("worker-a")
+                try #require(deliveries.map(\.jobId) == jobs.map(\.jobId))
+                let now = WallClock.nowMilliseconds()
+
+                _ = try await harness.redis.send("CONFIG", "SET", "maxmemory", "1")
+                await #expect { try await harness.queue.enqueue(Fixtures.job(), keyTTLSeconds: Self.ttl) } throws: { error in
+                    (error as? RedisError)?.isUnavailable == true
+                }
+                #expect(try await harness.xlen() == 4, "nothing of the refused submission is written")
+                for delivery in deliveries {
+                    guard case .ready = try await harness.queue.start(delivery, now: now, maxStarts: 100) else {
+                        Issue.record("\(delivery.jobId) did not start")
+                        continue
+                    }
+                }
+                try await harness.queue.finish(
+                    deliveries[0], job: jobs[0], status: .granted, reason: nil, environment: "Production", expiresAt: nil, now: now,
+                    retentionSeconds: Self.retention
+                )
+                #expect(try await harness.field(jobs[0].jobId, "payload") == nil, "a final job forgets its receipt")
+                let limit = (key: "apple status 21002", attempts: 3, repeatDueAt: now)
+                #expect(try await harness.queue.retry(deliveries[1], jobId: jobs[1].jobId, dueAt: now - 1, reason: .appleUnavailable, now: now, limit: limit) == now - 1)
+                #expect(try await harness.field(jobs[1].jobId, "tries:apple status 21002") == "1")
+                try await harness.queue.deadLetter(deliveries[2], job: jobs[2], reason: .appleUnavailable, detail: "x", now: now, retentionSeconds: Self.retention)
+                #expect(try await harness.queue.promoteDue(now: now) == 1)
+                #expect(try await harness.queue.restoreLost(olderThan: now + 1, now: now + 2) == 0)
+                #expect(try await harness.queue.record(jobId: jobs[0].jobId)?.status == .granted)
+                #expect(try await harness.queue.record(jobId: jobs[1].jobId)?.status == .retrying)
+                #expect(try await harness.queue.record(jobId: jobs[2].jobId)?.status == .failed)
+                #expect(try await harness.queue.record(jobId: jobs[3].jobId)?.status == .processing)
+                #expect(try await harness.streamJobIds() == [jobs[3].jobId, jobs[1].jobId], "the retry is back on the stream")
+                _ = try await harness.redis.send("CONFIG", "SET", "maxmemory", "0")
+            }
+        } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+
     @Test("requeue puts a failed job back with fresh attempts; a second requeue finds it not failed")
     func requeue() async throws {
         try await Self.withQueue { harness in
             let job = Fixtures.job()
             let delivery = try await harness.enqueueAndStart(job)
             // An answer with its own limit was counted before the job failed.
-            #expect(try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: 0, reason: .appleUnavailable, now: 0, limit: ("apple status 21999", 1, 0)) == nil)
+            #expect(try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: 0, reason: .appleUnavailable, now: 0, limit: ("apple status 21999", 2, 0)) == 0)
             try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
             #expect(try await harness.field(job.jobId, "tries:apple status 21999") == "1")
             let before = try #require(try await harness.redis.send("TTL", harness.keys.job(job.jobId)).int)

@@ -2,6 +2,13 @@
 ///
 /// They are compiled into the binary rather than shipped as resource files, so a worker copied to
 /// `/usr/local/bin` alone cannot start without them.
+///
+/// **Redis at `maxmemory` (with `noeviction`).** A script may write only if its first write cannot grow
+/// memory (`HDEL`, `ZREM`, `XACK`, …): Redis refuses a script whose first write is `HSET`, `ZADD`, `XADD`
+/// or `SET` while it is full, and lets one go on once it has written. So the workers' scripts (start,
+/// finish, retry, dead-letter, promote, restore) write something that frees first: finishing jobs is what
+/// frees room (a final job forgets its receipt), and must go on while the API refuses submissions with 503.
+/// `enqueue` writes `XADD` first, so a submission is refused whole.
 enum QueueScripts {
     /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all — for each
     /// submission of a batch, in order (a later submission sees what an earlier one stored).
@@ -68,10 +75,10 @@ enum QueueScripts {
         if status == 'granted' or status == 'rejected' or status == 'failed' then return {'final', status} end
         local payload = redis.call('HGET', KEYS[1], 'payload')
         if not payload then return {'missing'} end
+        redis.call('HDEL', KEYS[1], 'nextAttemptAt', 'reason')
         local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
         redis.call('HSET', KEYS[1], 'status', 'processing', 'updatedAt', ARGV[1])
         redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
-        redis.call('HDEL', KEYS[1], 'nextAttemptAt', 'reason')
         local verdict = 'ready'
         if attempts > tonumber(ARGV[2]) then verdict = 'poison' end
         return {verdict, attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt')}
@@ -98,6 +105,8 @@ enum QueueScripts {
     /// jobId, access channel, customer, whether KEYS[7] is the job's claim ('1' or '0').
     /// Empty strings mean "not set".
     static let finish = RedisScript(name: "finish", source: """
+        redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+        redis.call('XDEL', KEYS[2], ARGV[1])
         local current = redis.call('HGET', KEYS[1], 'status')
         local settled = current == 'granted' or ((current == 'rejected' or current == 'failed') and ARGV[3] ~= 'granted')
         if current and not settled then
@@ -122,8 +131,6 @@ enum QueueScripts {
         redis.call('ZREM', KEYS[5], ARGV[9])
         redis.call('ZREM', KEYS[6], ARGV[9])
         redis.call('PUBLISH', ARGV[10], KEYS[3])
-        redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
-        redis.call('XDEL', KEYS[2], ARGV[1])
         return 1
         """)
 
@@ -139,18 +146,21 @@ enum QueueScripts {
     static let retry = RedisScript(name: "retry", source: """
         local due = ARGV[4]
         local current = redis.call('HGET', KEYS[1], 'status')
-        if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
-          if ARGV[7] then
-            local count = redis.call('HINCRBY', KEYS[1], ARGV[7], 1)
-            if count >= tonumber(ARGV[8]) then return -1 end
-            if count >= 2 and tonumber(ARGV[9]) > tonumber(due) then due = ARGV[9] end
-          end
-          redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', due, 'updatedAt', ARGV[6])
-          redis.call('ZADD', KEYS[3], due, ARGV[3])
+        local parking = current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed'
+        local count = nil
+        if parking and ARGV[7] then
+          count = (tonumber(redis.call('HGET', KEYS[1], ARGV[7])) or 0) + 1
+          if count >= tonumber(ARGV[8]) then return -1 end
+          if count >= 2 and tonumber(ARGV[9]) > tonumber(due) then due = ARGV[9] end
         end
         redis.call('ZREM', KEYS[4], ARGV[3])
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
+        if parking then
+          if count then redis.call('HSET', KEYS[1], ARGV[7], count) end
+          redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', due, 'updatedAt', ARGV[6])
+          redis.call('ZADD', KEYS[3], due, ARGV[3])
+        end
         return tonumber(due)
         """)
 
@@ -193,6 +203,9 @@ enum QueueScripts {
     /// KEYS: job, stream, dead, pending, inflight, retry, and claim when the job has a transaction id. ARGV: entry id,
     /// group, jobId, reason, detail, now, retention (s), access channel, customer.
     static let deadLetter = RedisScript(name: "dead-letter", source: """
+        redis.call('SREM', KEYS[4], ARGV[3])
+        redis.call('ZREM', KEYS[5], ARGV[3])
+        redis.call('ZREM', KEYS[6], ARGV[3])
         local current = redis.call('HGET', KEYS[1], 'status')
         if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
           local oldest = tostring(math.max(0, tonumber(ARGV[6]) - tonumber(ARGV[7]) * 1000))
@@ -204,9 +217,6 @@ enum QueueScripts {
             redis.call('DEL', KEYS[7])
           end
         end
-        redis.call('SREM', KEYS[4], ARGV[3])
-        redis.call('ZREM', KEYS[5], ARGV[3])
-        redis.call('ZREM', KEYS[6], ARGV[3])
         redis.call('PUBLISH', ARGV[8], KEYS[4])
         if ARGV[1] ~= '' then
           redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
@@ -274,10 +284,9 @@ enum QueueScripts {
         local restored = 0
         for _, id in ipairs(stale) do
           local key = ARGV[3] .. id
+          redis.call('ZREM', KEYS[1], id)
           local status = redis.call('HGET', key, 'status')
-          if not status or status == 'granted' or status == 'rejected' or status == 'failed' then
-            redis.call('ZREM', KEYS[1], id)
-          else
+          if status and status ~= 'granted' and status ~= 'rejected' and status ~= 'failed' then
             local entry = redis.call('HGET', key, 'entry')
             if entry and #redis.call('XRANGE', KEYS[2], entry, entry) > 0 then
               redis.call('ZADD', KEYS[1], ARGV[4], id)
