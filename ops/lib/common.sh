@@ -44,20 +44,21 @@ tg_now() {
 
 # ------------------------------------------------------------ dependencies
 
-# Run a command as root: directly when we are root, through sudo otherwise.
-tg_as_root() {
-  if [[ "$(id -u)" -eq 0 ]]; then
-    "$@"
-  elif command -v sudo >/dev/null 2>&1; then
-    sudo -n "$@"
-  else
-    tg_die "need root to run: $* (no sudo available)"
-  fi
+# These scripts install packages and run PostgreSQL as user postgres (chown, runuser): they need root.
+# Said at once, before minutes of building end in "Operation not permitted".
+tg_require_root() {
+  [[ "$(id -u)" -eq 0 ]] || tg_die "run this as root (sudo bash $0 …): it installs packages and runs PostgreSQL as user postgres"
+}
+
+# apt-get, unattended, waiting up to 5 minutes for another apt or dpkg to let go of its lock.
+tg_apt_get() {
+  env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=300 "$@" </dev/null
 }
 
 # Install the Debian packages the project needs, only those missing.
 tg_install_deps() {
   local -a missing=()
+  tg_require_root
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   command -v curl >/dev/null 2>&1 || missing+=(curl ca-certificates)
   command -v ss >/dev/null 2>&1 || missing+=(iproute2)
@@ -79,10 +80,8 @@ tg_install_deps() {
     return 0
   fi
   tg_log "installing missing system packages: ${missing[*]}"
-  tg_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null \
-    || tg_die "apt-get update failed"
-  tg_as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-    --no-install-recommends --no-upgrade "${missing[@]}" </dev/null \
+  tg_apt_get update || tg_die "apt-get update failed"
+  tg_apt_get install -y --no-install-recommends --no-upgrade "${missing[@]}" \
     || tg_die "apt-get install failed for: ${missing[*]}"
   # Where services may start (a VM; not these containers, whose policy-rc.d forbids it), Debian starts
   # the packages' own Redis on 6379 and PostgreSQL cluster on 5432: the ports `ops/local` uses. Just
@@ -95,10 +94,10 @@ tg_install_deps() {
 # Stop the redis-server service the package just started, and disable it.
 tg_quiet_system_redis() {
   if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
-    tg_as_root systemctl disable --now redis-server >/dev/null 2>&1 || tg_warn "could not stop the system's redis-server service"
+    systemctl disable --now redis-server >/dev/null 2>&1 || tg_warn "could not stop the system's redis-server service"
   elif [[ -x /etc/init.d/redis-server ]]; then
-    tg_as_root /etc/init.d/redis-server stop >/dev/null 2>&1 || true
-    ! command -v update-rc.d >/dev/null 2>&1 || tg_as_root update-rc.d redis-server disable >/dev/null 2>&1 || true
+    /etc/init.d/redis-server stop >/dev/null 2>&1 || true
+    ! command -v update-rc.d >/dev/null 2>&1 || update-rc.d redis-server disable >/dev/null 2>&1 || true
   fi
 }
 
@@ -106,9 +105,9 @@ tg_quiet_system_redis() {
 # someone's data), and start it only by hand from now on.
 tg_quiet_system_postgres() {
   [[ -f /etc/postgresql/15/main/start.conf ]] || return 0
-  tg_as_root sh -c 'echo manual >/etc/postgresql/15/main/start.conf' || tg_warn "could not set the system's PostgreSQL cluster to start by hand"
+  sh -c 'echo manual >/etc/postgresql/15/main/start.conf' || tg_warn "could not set the system's PostgreSQL cluster to start by hand"
   if command -v pg_ctlcluster >/dev/null 2>&1; then
-    tg_as_root pg_ctlcluster 15 main stop >/dev/null 2>&1 || true
+    pg_ctlcluster 15 main stop >/dev/null 2>&1 || true
   fi
 }
 
@@ -457,10 +456,22 @@ tg_redis_ping() {
 }
 
 # Start Redis with its files under DIR, on 127.0.0.1:PORT, AOF fsync every second.
+# Pid of the Redis started in DIR on PORT, or empty. Redis writes its pid file itself, with no start
+# time, so the pid is believed only while it is a redis-server on that port: after a crash or a reboot the
+# pid may belong to anything. (A stale file is overwritten by the next start and removed by a stop.)
+tg_redis_pid() {
+  local dir="$1" port="$2" pid
+  pid="$(tg_pidfile_pid "$dir/redis.pid")"
+  if [[ -n "$pid" ]] && ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-server .*:$port\b"; then
+    pid=""
+  fi
+  printf '%s' "$pid"
+}
+
 tg_start_redis() {
   local dir="$1" port="$2" pid deadline
   mkdir -p "$dir"
-  pid="$(tg_pidfile_pid "$dir/redis.pid")"
+  pid="$(tg_redis_pid "$dir" "$port")"
   if [[ -n "$pid" ]]; then
     if tg_redis_ping "$port"; then
       tg_log "Redis already running on 127.0.0.1:$port (pid $pid)"
@@ -490,10 +501,7 @@ tg_start_redis() {
 # redis-server of DIR's pid file (someone else's, on the default port) is left alone.
 tg_stop_redis() {
   local dir="$1" port="$2" pid
-  pid="$(tg_pidfile_pid "$dir/redis.pid")"
-  if [[ -n "$pid" ]] && ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-server .*:$port\b"; then
-    pid=""
-  fi
+  pid="$(tg_redis_pid "$dir" "$port")"
   if [[ -z "$pid" ]]; then
     rm -f "$dir/redis.pid"
     if tg_redis_ping "$port"; then

@@ -96,7 +96,9 @@ if [[ ! "$version" =~ ^4\. ]]; then
   else
     log "installing $SCHEMATHESIS_REQUIREMENT from PyPI"
   fi
+  # Twice: one dropped connection to PyPI must not fail a CI run.
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "$SCHEMATHESIS_REQUIREMENT" </dev/null >&2 \
+    || { log "pip install failed; trying once more"; "$PYTHON" -m pip install --quiet --disable-pip-version-check "$SCHEMATHESIS_REQUIREMENT" </dev/null >&2; } \
     || die "pip install $SCHEMATHESIS_REQUIREMENT failed"
   version="$(st_version || true)"
   [[ "$version" =~ ^4\. ]] || die "Schemathesis 4.x is not importable by $PYTHON after pip install (found '${version:-none}')"
