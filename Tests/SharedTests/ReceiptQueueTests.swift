@@ -198,7 +198,9 @@ struct ReceiptQueueTests {
             #expect(try await harness.queue.enqueue(again, keyTTLSeconds: Self.ttl) == .created(jobId: again.jobId))
             #expect(try await harness.redis.send("GET", dedup).string == again.jobId)
             #expect(try await harness.redis.send("TTL", dedup).int ?? 0 > Self.ttl - 60)
-            #expect(try await harness.redis.send("GET", claim).string == "first@example.com")
+            // The vanished job still counts as a holder (nothing can tell it is gone): the claim outlives the new
+            // job's ending, until its lifetime runs out.
+            #expect(try await harness.redis.send("GET", claim).string == "first@example.com\n2")
             #expect(try await harness.redis.send("TTL", claim).int ?? 0 > Self.ttl - 60, "the claim's lifetime starts again")
             var third = job
             third.jobId = UUID.random().lowercasedString
@@ -848,6 +850,29 @@ struct ReceiptQueueTests {
             #expect(try await harness.queue.enqueue(thief, keyTTLSeconds: Self.ttl) == .alreadyClaimed, "granted to the first customer")
             let fourth = job("first@example.com", "offer.four", transaction)
             #expect(try await harness.queue.enqueue(fourth, keyTTLSeconds: Self.ttl) == .created(jobId: fourth.jobId), "still the owner's to submit")
+        }
+    }
+
+    @Test("a claim two of a customer's jobs hold (one purchase submitted for two offers) is given up only when the last of them ends without a grant")
+    func claimSharedByTwoJobs() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            let publisher = UUID()
+            let transaction = Fixtures.transactionId()
+            let first = Fixtures.job(publisherId: publisher, customerEmail: "first@example.com", offerId: "offer.one", transactionId: transaction)
+            let second = Fixtures.job(publisherId: publisher, customerEmail: "first@example.com", offerId: "offer.two", transactionId: transaction)
+            let other = Fixtures.job(publisherId: publisher, customerEmail: "second@example.com", offerId: "offer.one", transactionId: transaction)
+            let firstDelivery = try await harness.enqueueAndStart(first)
+            let secondDelivery = try await harness.enqueueAndStart(second)
+            // The job that took the claim ends first, without a grant.
+            try await harness.queue.finish(
+                firstDelivery, job: first, status: .rejected, reason: .offerMismatch, environment: "Production", expiresAt: nil, now: now,
+                retentionSeconds: Self.retention
+            )
+            #expect(try await harness.queue.enqueue(other, keyTTLSeconds: Self.ttl) == .alreadyClaimed, "the second job still holds it")
+            // The last one ends without a grant too: the transaction is neither queued nor granted any more.
+            try await harness.queue.deadLetter(secondDelivery, job: second, reason: .internal, detail: "x", now: now, retentionSeconds: Self.retention)
+            #expect(try await harness.queue.enqueue(other, keyTTLSeconds: Self.ttl) == .created(jobId: other.jobId))
         }
     }
 

@@ -10,12 +10,38 @@
 /// frees room (a final job forgets its receipt), and must go on while the API refuses submissions with 503.
 /// `enqueue` writes `XADD` first, so a submission is refused whole.
 enum QueueScripts {
+    /// A transaction's claim names its customer and how many of their unfinished jobs hold it: `<customer>`
+    /// for one, `<customer>\n<n>` for n (one purchase submitted for several offers), `<customer>\ngranted`
+    /// once granted. `holders` reads a claim for a customer: n, 0 when granted to them, nil when another
+    /// customer's. `holding` writes n holders. `release` drops one holder and the claim with its last.
+    private static let claimFunctions = """
+        local function holders(value, customer)
+          if value == customer then return 1 end
+          local prefix = customer .. '\\n'
+          if string.sub(value, 1, #prefix) ~= prefix then return nil end
+          local rest = string.sub(value, #prefix + 1)
+          if rest == 'granted' then return 0 end
+          return tonumber(rest)
+        end
+        local function holding(customer, n)
+          if n == 1 then return customer end
+          return customer .. '\\n' .. n
+        end
+        local function release(claim, customer)
+          local value = redis.call('GET', claim)
+          local n = value and holders(value, customer)
+          if not n or n == 0 then return end
+          if n == 1 then redis.call('DEL', claim) else redis.call('SET', claim, holding(customer, n - 1), 'KEEPTTL') end
+        end
+
+        """
+
     /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all — for each
     /// submission of a batch, in order (a later submission sees what an earlier one stored).
     ///
-    /// A transaction's claim names its customer (`<customer>` while a job of theirs is unfinished,
-    /// `<customer>\ngranted` once granted); the job that finds it free takes it and records so
-    /// (`claimed` 1), and the customer's other jobs for it only refresh an unfinished claim's lifetime.
+    /// A transaction's claim (see `claimFunctions`) refuses other customers. A job that finds it free, or
+    /// held by its customer's unfinished jobs, holds it too and records so (`claimed` 1), refreshing its
+    /// lifetime; one that finds it granted to its customer leaves it as it is.
     ///
     /// KEYS: stream, inflight, then per submission: dedup, job, pending, and claim when it has a
     /// transaction id. ARGV: job key prefix, access channel, then per submission: jobId, customer, offer,
@@ -24,31 +50,31 @@ enum QueueScripts {
     ///
     /// Every script that changes what a customer's access status answers (`pending`, or a grant behind a
     /// final status) publishes the pending key on the access channel, so API caches drop that answer.
-    static let enqueue = RedisScript(name: "enqueue", source: """
+    static let enqueue = RedisScript(name: "enqueue", source: claimFunctions + """
         local function submit(dedup, job, pending, claim, a)
           local existing = redis.call('GET', dedup)
           if existing then
             local status = redis.call('HGET', ARGV[1] .. existing, 'status')
             if status then return {'duplicate', existing, status} end
           end
-          local owner = nil
+          local owner, held = nil, 0
           if claim then
             owner = redis.call('GET', claim)
-            if owner and owner ~= ARGV[a + 1] and owner ~= ARGV[a + 1] .. '\\ngranted' then return {'claimed'} end
+            if owner then
+              held = holders(owner, ARGV[a + 1])
+              if not held then return {'claimed'} end
+            end
           end
+          local holds = claim and (not owner or held > 0)
           local entry = redis.call('XADD', KEYS[1], '*', 'job', ARGV[a])
           redis.call('HSET', job, 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[a + 1], 'offerId', ARGV[a + 2],
             'publisherId', ARGV[a + 3], 'payload', ARGV[a + 4], 'acceptedAt', ARGV[a + 5], 'updatedAt', ARGV[a + 5], 'entry', entry,
-            'claimed', (claim and not owner) and 1 or 0)
+            'claimed', holds and 1 or 0)
           redis.call('ZADD', KEYS[2], ARGV[a + 5], ARGV[a])
           redis.call('SET', dedup, ARGV[a], 'EX', ARGV[a + 6])
           redis.call('SADD', pending, ARGV[a])
           redis.call('EXPIRE', pending, ARGV[a + 6])
-          if claim and not owner then
-            redis.call('SET', claim, ARGV[a + 1], 'EX', ARGV[a + 6])
-          elseif owner == ARGV[a + 1] then
-            redis.call('EXPIRE', claim, ARGV[a + 6])
-          end
+          if holds then redis.call('SET', claim, holding(ARGV[a + 1], held + 1), 'EX', ARGV[a + 6]) end
           redis.call('PUBLISH', ARGV[2], pending)
           return {'created', ARGV[a], 'queued'}
         end
@@ -88,10 +114,9 @@ enum QueueScripts {
     /// A final status is never overwritten by a late copy of the same job, except that a grant (the
     /// truth in PostgreSQL) replaces a rejection or a dead letter that a concurrent copy recorded.
     ///
-    /// A job that ends without a grant gives up its transaction's claim when it took the claim itself
-    /// and the claim is still its customer's, not granted: the transaction is then neither queued nor
-    /// granted, so another customer may submit it. Another job of the same customer (the same purchase
-    /// submitted for another offer) never gives up a claim it did not take.
+    /// A job that ends without a grant lets go of its transaction's claim when it holds it; the last
+    /// holder's going frees it (unless it was granted meanwhile): the transaction is then neither queued
+    /// nor granted, so another customer may submit it.
     ///
     /// A grant marks the job's claim and the transactions it claimed as granted to the customer
     /// (`<customer>\ngranted`) for the retention, whatever claimed them in Redis before (PostgreSQL
@@ -104,7 +129,7 @@ enum QueueScripts {
     /// claims a grant takes. ARGV: entry id, group, status, reason, environment, expiresAt, now, retention (s),
     /// jobId, access channel, customer, whether KEYS[7] is the job's claim ('1' or '0').
     /// Empty strings mean "not set".
-    static let finish = RedisScript(name: "finish", source: """
+    static let finish = RedisScript(name: "finish", source: claimFunctions + """
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         local current = redis.call('HGET', KEYS[1], 'status')
@@ -121,8 +146,7 @@ enum QueueScripts {
           if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[6]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
           redis.call('HDEL', KEYS[1], 'payload', 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[8])
-          if ARGV[12] == '1' and ARGV[3] ~= 'granted' and redis.call('HGET', KEYS[1], 'claimed') == '1'
-            and redis.call('GET', KEYS[7]) == ARGV[11] then redis.call('DEL', KEYS[7]) end
+          if ARGV[12] == '1' and ARGV[3] ~= 'granted' and redis.call('HGET', KEYS[1], 'claimed') == '1' then release(KEYS[7], ARGV[11]) end
         end
         if ARGV[3] == 'granted' then
           for k = 7, #KEYS do redis.call('SET', KEYS[k], ARGV[11] .. '\\ngranted', 'EX', ARGV[8]) end
@@ -202,7 +226,7 @@ enum QueueScripts {
     ///
     /// KEYS: job, stream, dead, pending, inflight, retry, and claim when the job has a transaction id. ARGV: entry id,
     /// group, jobId, reason, detail, now, retention (s), access channel, customer.
-    static let deadLetter = RedisScript(name: "dead-letter", source: """
+    static let deadLetter = RedisScript(name: "dead-letter", source: claimFunctions + """
         redis.call('SREM', KEYS[4], ARGV[3])
         redis.call('ZREM', KEYS[5], ARGV[3])
         redis.call('ZREM', KEYS[6], ARGV[3])
@@ -213,9 +237,7 @@ enum QueueScripts {
           redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
           redis.call('HDEL', KEYS[1], 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[7])
-          if KEYS[7] and redis.call('HGET', KEYS[1], 'claimed') == '1' and redis.call('GET', KEYS[7]) == ARGV[9] then
-            redis.call('DEL', KEYS[7])
-          end
+          if KEYS[7] and redis.call('HGET', KEYS[1], 'claimed') == '1' then release(KEYS[7], ARGV[9]) end
         end
         redis.call('PUBLISH', ARGV[8], KEYS[4])
         if ARGV[1] ~= '' then
@@ -228,8 +250,8 @@ enum QueueScripts {
     /// Put a failed job back on the stream with fresh attempts (the per-answer counts of `retry` too); a
     /// second call finds it no longer failed. The submission's dedup key and its transaction's claim (given
     /// up when the job failed) are taken again for another key TTL, unless they name another job or customer
-    /// by now: the requeued job is again what the API answers for them. A claim the customer holds already
-    /// (another job of theirs, or a grant) is left as it is, and this job will not give it up.
+    /// by now: the requeued job is again what the API answers for them. A claim other unfinished jobs of
+    /// the customer hold, it holds with them; one granted to the customer is left as it is.
     ///
     /// It leaves the retry set, where a copy of it may still be parked: else the promoter would put it on the
     /// stream a second time.
@@ -237,7 +259,7 @@ enum QueueScripts {
     /// KEYS: job, stream, dead, pending, inflight, retry, and, when the payload can be read, dedup and claim (when
     /// the job has a transaction id). ARGV: jobId, now, access channel, customer, key TTL (s). Returns
     /// {'requeued'} | {'missing'} | {'not_failed', status}.
-    static let requeue = RedisScript(name: "requeue", source: """
+    static let requeue = RedisScript(name: "requeue", source: claimFunctions + """
         local status = redis.call('HGET', KEYS[1], 'status')
         if not status then return {'missing'} end
         if status ~= 'failed' then return {'not_failed', status} end
@@ -262,12 +284,10 @@ enum QueueScripts {
         end
         if KEYS[8] then
           local owner = redis.call('GET', KEYS[8])
-          redis.call('HSET', KEYS[1], 'claimed', owner and 0 or 1)
-          if not owner then
-            redis.call('SET', KEYS[8], ARGV[4], 'EX', ARGV[5])
-          elseif owner == ARGV[4] then
-            redis.call('EXPIRE', KEYS[8], ARGV[5])
-          end
+          local held = owner and holders(owner, ARGV[4]) or 0
+          local holds = not owner or held > 0
+          redis.call('HSET', KEYS[1], 'claimed', holds and 1 or 0)
+          if holds then redis.call('SET', KEYS[8], holding(ARGV[4], held + 1), 'EX', ARGV[5]) end
         end
         redis.call('PUBLISH', ARGV[3], KEYS[4])
         return {'requeued'}
@@ -318,6 +338,17 @@ enum QueueScripts {
         return kept
         """)
 
+    /// Acknowledge and delete an entry that has nothing to record (its job is final or gone), in one step:
+    /// an entry acknowledged but left in the stream would be delivered to nobody and count as queued for
+    /// good (queued is the stream's length less the entries pending).
+    ///
+    /// KEYS: stream. ARGV: group, entry id.
+    static let acknowledge = RedisScript(name: "acknowledge", source: """
+        redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+        redis.call('XDEL', KEYS[1], ARGV[2])
+        return 1
+        """)
+
     /// Every script, for loading at start.
-    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleMalformed]
+    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleMalformed, acknowledge]
 }

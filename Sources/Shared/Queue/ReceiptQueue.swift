@@ -247,9 +247,7 @@ public struct ReceiptQueue: Sendable {
 
     /// Acknowledges an entry with nothing to record (its job is final or gone).
     public func acknowledge(_ delivery: QueueDelivery) async throws {
-        async let ack = self.redis.send("XACK", self.keys.stream, self.keys.group, delivery.entryId)
-        async let del = self.redis.send("XDEL", self.keys.stream, delivery.entryId)
-        _ = try await (ack, del)
+        _ = try await self.redis.run(QueueScripts.acknowledge, keys: [self.keys.stream], arguments: [self.keys.group, delivery.entryId])
     }
 
     /// Parks the job until `dueAt` (Unix ms) and acknowledges the entry, atomically; returns when the job
