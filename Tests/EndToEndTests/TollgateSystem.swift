@@ -177,3 +177,5 @@ final class TollgateSystem: @unchecked Sendable {
         try await self.database.query(sql).first?.decode(Int.self, at: 0) ?? -1
     }
 }
+
+extension TollgateSystem: AsyncShutdown {}

@@ -552,7 +552,7 @@ struct ReceiptQueueTests {
     @Test("Redis at maxmemory: a submission is refused whole, while the workers' scripts (start, finish, retry, dead-letter, promote, restore) still run: finishing jobs is what frees room")
     func workersRunWhenFull() async throws {
         let server = try await DedicatedRedis()
-        do {
+        try await TestEnvironment.using(server) {
             try await Self.withQueue(redisURL: server.url) { harness in
                 let jobs = (0..<4).map { _ in Fixtures.job(transactionId: Fixtures.transactionId()) }
                 for job in jobs { #expect(try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl) == .created(jobId: job.jobId)) }
@@ -589,11 +589,7 @@ struct ReceiptQueueTests {
                 #expect(try await harness.streamJobIds() == [jobs[3].jobId, jobs[1].jobId], "the retry is back on the stream")
                 _ = try await harness.redis.send("CONFIG", "SET", "maxmemory", "0")
             }
-        } catch {
-            await server.stop()
-            throw error
         }
-        await server.stop()
     }
 
     @Test("requeue puts a failed job back with fresh attempts; a second requeue finds it not failed")
