@@ -104,10 +104,10 @@ struct JobProcessor: Sendable {
     private func record(_ outcome: FulfilmentOutcome, delivery: QueueDelivery, job: ReceiptJob, attempt: Int, acceptedAt: Int, logger: Logger) async {
         let recording = ContinuousClock.now
         defer { WorkerMetrics.step(.finish, ContinuousClock.now - recording) }
-        let final: Bool
+        let isFinal: Bool
         switch outcome {
-        case .granted, .rejected, .failed: final = true
-        case .retry: final = false
+        case .granted, .rejected, .failed: isFinal = true
+        case .retry: isFinal = false
         }
         var backoff = Duration.milliseconds(100)
         while true {
@@ -115,7 +115,7 @@ struct JobProcessor: Sendable {
                 try await self.recordOnce(outcome, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
                 return
             } catch {
-                guard final, (error as? RedisError)?.isUnavailable == true, ContinuousClock.now - recording + backoff < self.recordPatience else {
+                guard isFinal, (error as? RedisError)?.isUnavailable == true, ContinuousClock.now - recording + backoff < self.recordPatience else {
                     logger.warning("cannot record outcome", metadata: ["error": "\(error)"])
                     return
                 }
