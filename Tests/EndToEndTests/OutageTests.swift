@@ -22,11 +22,22 @@ struct OutageTests {
         (try? await system.request(.GET, "/health/ready", base: "http://127.0.0.1:\(port)").status) ?? 0
     }
 
+    /// Runs `body` with a system on a Redis server of the test's own (the test may stop, start or fill it)
+    /// and an admin client to that server, and shuts all three down afterwards, on failure too.
+    static func onOwnRedis(
+        _ environment: [String: String] = [:], _ body: (DedicatedRedis, TollgateSystem, RedisClient) async throws -> Void
+    ) async throws {
+        let redis = try await DedicatedRedis()
+        try await TestEnvironment.using(redis) {
+            let system = try await TollgateSystem(extraEnvironment: environment, redisURL: redis.url)
+            let admin = RedisClient(configuration: try RedisConfiguration(url: redis.url), connections: 1)
+            try await TestEnvironment.using(admin, system) { try await body(redis, system, admin) }
+        }
+    }
+
     @Test("Redis down: the API answers 503 with Retry-After (never OK) and serves no access status from memory, readiness says 503 on API and worker; back up, all recover and every accepted job is granted")
     func redisOutage() async throws {
-        let redis = try await DedicatedRedis()
-        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"], redisURL: redis.url)
-        try await TestEnvironment.using(system, redis) {
+        try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"]) { redis, system, _ in
             try await system.startWorker(name: "e2e-redis-outage")
             let workerPort = try #require(system.workerPorts["e2e-redis-outage"])
             let apiPort = try #require(URLComponents(string: system.apiBase)?.port)
@@ -79,10 +90,8 @@ struct OutageTests {
 
     @Test("Redis down between a grant's commit and its record: once Redis is back the job reads granted within seconds, not after the claim idle time")
     func redisDownAtRecord() async throws {
-        let redis = try await DedicatedRedis()
         // The default claim idle time: a peer's claim alone would leave the job `processing` for a minute or more.
-        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_CLAIM_MIN_IDLE_MS": "60000"], redisURL: redis.url)
-        try await TestEnvironment.using(system, redis) {
+        try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "60000"]) { redis, system, _ in
             try await system.startWorker(name: "e2e-redis-at-record")
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Apple takes 4 s: Redis goes away while the worker waits for it, and is away when the grant commits.
@@ -108,10 +117,7 @@ struct OutageTests {
 
     @Test("Redis full (maxmemory, noeviction): submissions answer 503 with Retry-After (counted 503) and write nothing, the access status still answers; with room again, accepted")
     func redisOutOfMemory() async throws {
-        let redis = try await DedicatedRedis()
-        let system = try await TollgateSystem(redisURL: redis.url)
-        let admin = RedisClient(configuration: try RedisConfiguration(url: redis.url), connections: 1)
-        try await TestEnvironment.using(admin, system, redis) {
+        try await Self.onOwnRedis { _, system, admin in
             let publisher = try await system.createPublisher(products: [Self.coins])
             #expect(try await Self.submit(system, publisher, 1).status == 200)
             let keysBefore = try await admin.send("DBSIZE").int
@@ -139,12 +145,9 @@ struct OutageTests {
 
     @Test("Redis full (maxmemory, noeviction): jobs accepted before still start and finish, which is what frees room, while submissions answer 503")
     func redisFullDrains() async throws {
-        let redis = try await DedicatedRedis()
         // One job at a time: the second waits in the stream, unread, while the first is verified (the queue's
         // own test starts a job at maxmemory whatever the timing).
-        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_WORKER_CONCURRENCY": "1"], redisURL: redis.url)
-        let admin = RedisClient(configuration: try RedisConfiguration(url: redis.url), connections: 1)
-        try await TestEnvironment.using(admin, system, redis) {
+        try await Self.onOwnRedis(["TOLLGATE_WORKER_CONCURRENCY": "1"]) { _, system, admin in
             try await system.startWorker(name: "e2e-redis-full")
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Apple takes 3 s over the first: it is processing when Redis fills up.
@@ -154,7 +157,6 @@ struct OutageTests {
             _ = try await Poll.until(timeout: .seconds(20), "the first job processing") {
                 try await system.job(publisher, jobs[0])["status"] as? String == "processing" ? true : nil
             }
-
             _ = try await admin.send("CONFIG", "SET", "maxmemory", "1")
             #expect(try await Self.submit(system, publisher, 3).status == 503)
             // Each finish forgets its receipt, and the next job starts: Redis at maxmemory must let both happen.

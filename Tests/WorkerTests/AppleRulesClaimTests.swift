@@ -10,12 +10,6 @@ import TestSupport
 struct AppleRulesClaimTests {
     static let bundle = "com.example.claims"
 
-    /// The app, and its monthly subscription sold as offer MONTHLY.
-    static func monthlySubscription(_ harness: WorkerHarness) async throws {
-        try await harness.app(Self.bundle)
-        try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
-    }
-
     @Test("a consumable transaction granted to one customer is already_claimed for another; the first grant stays intact")
     func consumableClaimed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
@@ -47,9 +41,7 @@ struct AppleRulesClaimTests {
 
     @Test("a non-consumable is claimed by its original transaction: another customer is already_claimed, the owner keeps access")
     func nonConsumableClaimed() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+        try await WorkerHarness.rules(Self.bundle, selling: .premium) { harness in
             let transaction = ScenarioReceipt.transactionId()
             let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
             #expect(try await harness.workUntilFinal(try await harness.inject(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)).status == .granted)
@@ -84,7 +76,7 @@ struct AppleRulesClaimTests {
                 let purchase = try await harness.coinsPurchase(bundle: Self.bundle)
                 (offerId, ids, receipt) = ("COINS100", [purchase.transaction], purchase.receipt)
             } else {
-                try await Self.monthlySubscription(harness)
+                try await harness.app(Self.bundle, selling: [.monthly])
                 let now = Millis.now
                 let (original, renewal) = (ScenarioReceipt.transactionId(), ScenarioReceipt.transactionId())
                 offerId = "MONTHLY"
@@ -117,7 +109,7 @@ struct AppleRulesClaimTests {
     @Test("an auto-renewable is claimed by original_transaction_id: a renewal of A's subscription submitted by B is already_claimed")
     func subscriptionRenewalClaimed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await Self.monthlySubscription(harness)
+            try await harness.app(Self.bundle, selling: [.monthly])
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let firstEnd = now + 3 * Millis.day
@@ -149,7 +141,7 @@ struct AppleRulesClaimTests {
     @Test("a lapsed subscription checked by one customer claims nothing: the next customer who buys it again is granted")
     func lapsedSubscriptionNotClaimed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await Self.monthlySubscription(harness)
+            try await harness.app(Self.bundle, selling: [.monthly])
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let lapsed = ScenarioEntry("monthly", original, original: original, purchase: now - 40 * Millis.day, expires: now - 10 * Millis.day)
@@ -176,9 +168,7 @@ struct AppleRulesClaimTests {
 
     @Test("a refunded purchase checked by one customer claims nothing: another customer is told refunded, not already_claimed")
     func refundedNotClaimed() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+        try await WorkerHarness.rules(Self.bundle, selling: .premium) { harness in
             let transaction = ScenarioReceipt.transactionId()
             let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
                 ScenarioEntry("premium", transaction, original: transaction, purchase: Millis.now - 5 * Millis.day, cancelled: Millis.now - Millis.day),

@@ -49,9 +49,7 @@ struct AppleRulesLedgerTests {
 
     @Test("an invalidated row (refund) keeps its steps, the reason and the time it was invalidated")
     func invalidatedRow() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+        try await WorkerHarness.rules(Self.bundle, selling: .premium) { harness in
             let now = Millis.now
             let transaction = ScenarioReceipt.transactionId()
             let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry("premium", transaction, purchase: now - Millis.day)])

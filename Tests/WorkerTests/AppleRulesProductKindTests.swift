@@ -14,10 +14,7 @@ struct AppleRulesProductKindTests {
     /// lists periods of two products under one original. Each product's periods are access to its own offer.
     @Test("a subscription switched to another product of its group: each offer's access follows its own product's periods", arguments: ["upgrade", "downgrade"])
     func subscriptionSwitched(_ direction: String) async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
-            try await harness.product(Self.bundle, productId: "yearly", offerId: "YEARLY", kind: .autoRenewable)
+        try await WorkerHarness.rules(Self.bundle, selling: .monthly, .yearly) { harness in
             let now = Millis.now
             let (from, to) = direction == "upgrade" ? (("monthly", "MONTHLY"), ("yearly", "YEARLY")) : (("yearly", "YEARLY"), ("monthly", "MONTHLY"))
             let original = ScenarioReceipt.transactionId()
@@ -47,9 +44,7 @@ struct AppleRulesProductKindTests {
 
     @Test("a subscription one job granted, lapsed since: another job for it is rejected expired, as a first check of it would be")
     func lapsedSubscriptionAgain() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+        try await WorkerHarness.rules(Self.bundle, selling: .monthly) { harness in
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let paid = ScenarioEntry("monthly", original, original: original, purchase: now - 20 * Millis.day, expires: now + 10 * Millis.day)
@@ -75,10 +70,7 @@ struct AppleRulesProductKindTests {
 
     @Test("a refunded period of the product switched to takes that offer's access, and leaves the other product's alone")
     func switchedPeriodRefunded() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
-            try await harness.product(Self.bundle, productId: "yearly", offerId: "YEARLY", kind: .autoRenewable)
+        try await WorkerHarness.rules(Self.bundle, selling: .monthly, .yearly) { harness in
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let monthlyEnd = now + 10 * Millis.day
@@ -124,9 +116,7 @@ struct AppleRulesProductKindTests {
 
     @Test("a non-consumable grants access with no expiry")
     func nonConsumable() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+        try await WorkerHarness.rules(Self.bundle, selling: .premium) { harness in
             let transaction = ScenarioReceipt.transactionId()
             let receipt = ScenarioReceipt.make(
                 bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction, purchaseDateMs: Millis.now - 400 * Millis.day)]
@@ -148,9 +138,7 @@ struct AppleRulesProductKindTests {
 
     @Test("an auto-renewable grants until the greatest expires_date_ms over out-of-order entries, not the last one's", arguments: [false, true])
     func autoRenewableGreatestExpiry(submitNewest: Bool) async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+        try await WorkerHarness.rules(Self.bundle, selling: .monthly) { harness in
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let greatest = now + 20 * Millis.day + 457
@@ -178,9 +166,7 @@ struct AppleRulesProductKindTests {
 
     @Test("an auto-renewable is extended to grace_period_expires_date_ms when that is later, and only then", arguments: Grace.allCases)
     func autoRenewableGrace(_ grace: Grace) async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+        try await WorkerHarness.rules(Self.bundle, selling: .monthly) { harness in
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let renewal = ScenarioReceipt.transactionId()
@@ -206,10 +192,7 @@ struct AppleRulesProductKindTests {
 
     @Test("a later receipt listing a renewal extends the same entitlement (submitted renewal, or another purchase's receipt)", arguments: [false, true])
     func renewalExtends(viaOtherPurchase: Bool) async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
-            try await harness.product(Self.bundle, productId: "coins50", offerId: "COINS50", kind: .consumable, coins: 50)
+        try await WorkerHarness.rules(Self.bundle, selling: .monthly, .coins50) { harness in
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let firstEnd = now + 5 * Millis.day + 101
@@ -249,9 +232,7 @@ struct AppleRulesProductKindTests {
 
     @Test("a non-renewing purchase stacks after access still active, once per transaction: replays never stack again")
     func nonRenewingStacks() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "pass30", offerId: "PASS30", kind: .nonRenewing, days: 30)
+        try await WorkerHarness.rules(Self.bundle, selling: .pass30) { harness in
             let now = Millis.now
             let firstTx = ScenarioReceipt.transactionId()
             let firstPurchase = now - 2 * Millis.day
@@ -289,10 +270,7 @@ struct AppleRulesProductKindTests {
 
     @Test("a receipt with 300 in_app entries: the submitted one is found among them and only it is credited")
     func hundredsOfEntries() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+        try await WorkerHarness.rules(Self.bundle, selling: .coins100, .premium) { harness in
             let now = Millis.now
             var entries: [ScenarioEntry] = []
             for index in 0..<300 {
@@ -313,9 +291,7 @@ struct AppleRulesProductKindTests {
 
     @Test("millisecond values written as strings or as JSON numbers in the scenario grant the same expiry", arguments: [false, true])
     func millisecondsInScenario(numbers: Bool) async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+        try await WorkerHarness.rules(Self.bundle, selling: .monthly) { harness in
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             let end = now + 9 * Millis.day + 999
@@ -341,8 +317,7 @@ struct AppleRulesProductKindTests {
         do {
             try await WorkerHarness.with(retry: WorkerHarness.fastRetry(), appleBase: proxy.base) { harness in
                 proxy.forward(to: harness.emulatorBase)
-                try await harness.app(Self.bundle)
-                try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+                try await harness.app(Self.bundle, selling: [.monthly])
                 let now = Millis.now
                 let original = ScenarioReceipt.transactionId()
                 let renewal = ScenarioReceipt.transactionId()

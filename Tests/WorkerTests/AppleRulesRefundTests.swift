@@ -15,23 +15,21 @@ struct AppleRulesRefundTests {
     /// A product kind paired with its catalog entry.
     enum Kind: String, CaseIterable, Sendable {
         case consumable, nonConsumable, autoRenewable, nonRenewing
+
+        var product: RulesProduct {
+            switch self {
+            case .consumable: .coins100
+            case .nonConsumable: .premium
+            case .autoRenewable: .monthly
+            case .nonRenewing: .pass30
+            }
+        }
     }
 
     /// Registers the app and one product of `kind`; returns the product's and its offer's ids.
     private static func appWithProduct(_ kind: Kind, to harness: WorkerHarness) async throws -> (productId: String, offerId: String) {
-        try await harness.app(Self.bundle)
-        switch kind {
-        case .consumable: try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
-        case .nonConsumable: try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-        case .autoRenewable: try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
-        case .nonRenewing: try await harness.product(Self.bundle, productId: "pass30", offerId: "PASS30", kind: .nonRenewing, days: 30)
-        }
-        switch kind {
-        case .consumable: return ("coins100", "COINS100")
-        case .nonConsumable: return ("premium", "PREMIUM")
-        case .autoRenewable: return ("monthly", "MONTHLY")
-        case .nonRenewing: return ("pass30", "PASS30")
-        }
+        try await harness.app(Self.bundle, selling: [kind.product])
+        return (kind.product.productId, kind.product.offerId)
     }
 
     @Test("an entry with cancellation_date_ms is rejected refunded and grants nothing", arguments: Kind.allCases)
@@ -243,7 +241,7 @@ struct AppleRulesRefundTests {
     func refundAndNewPeriodInAnotherPurchase() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
             let entries = try await Self.grantedSubscription(submitting: 2, harness: harness)
-            try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
+            try await harness.product(Self.bundle, .coins100)
 
             // The current period is refunded and the subscription bought again; the customer's next
             // purchase (coins) brings the answer that lists both.
@@ -339,10 +337,7 @@ struct AppleRulesRefundTests {
 
     @Test("a refunded consumable's credit is reversed by a wallet entry of its own", arguments: RefundSource.allCases)
     func consumableReversed(_ source: RefundSource) async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+        try await WorkerHarness.rules(Self.bundle, selling: .coins100, .premium) { harness in
             let now = Millis.now
             let coins = ScenarioReceipt.transactionId()
             let firstReceipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry("coins100", coins, purchase: now - Millis.day)])

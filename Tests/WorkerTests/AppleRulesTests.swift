@@ -104,8 +104,7 @@ struct AppleRulesTests {
     )
     func limitCountsItsOwnAnswers(_ incident: Incident) async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: incident.policyAttempts)) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            try await harness.app(Self.bundle, selling: [.premium])
             #expect(try await harness.purchase(Self.bundle, productId: "premium", offerId: "PREMIUM", email: "other@example.com").status == .granted)
             let record = try await harness.purchase(
                 Self.bundle, productId: "premium", offerId: "PREMIUM", extra: ["status": 21002, "fail": ["count": incident.outage, "mode": "http503"]]
@@ -121,8 +120,7 @@ struct AppleRulesTests {
     @Test("21002 for several receipts while Apple verifies none is an incident (as on 7-8 Feb 2023): the jobs retry past three 21002s as apple_unavailable and are granted once Apple reads them")
     func malformedDuringIncident() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 10)) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            try await harness.app(Self.bundle, selling: [.premium])
             var jobs: [String] = []
             for buyer in ["first@example.com", "second@example.com"] {
                 let transaction = ScenarioReceipt.transactionId()
@@ -144,9 +142,7 @@ struct AppleRulesTests {
 
     @Test("21006: a valid receipt with an expired subscription is rejected expired, reporting the subscription's greatest expiry")
     func expiredSubscription() async throws {
-        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle)
-            try await harness.product(Self.bundle, productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+        try await WorkerHarness.rules(Self.bundle, selling: .monthly) { harness in
             let now = Millis.now
             let original = ScenarioReceipt.transactionId()
             // Six periods, every one over, out of order with the newest in the middle.
@@ -168,8 +164,7 @@ struct AppleRulesTests {
     @Test("21007: a sandbox receipt is asked again at the sandbox URL and granted from the sandbox")
     func sandboxGranted() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle, allowSandbox: true)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            try await harness.app(Self.bundle, allowSandbox: true, selling: [.premium])
             let transaction = ScenarioReceipt.transactionId()
             let receipt = ScenarioReceipt.make(
                 bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox"
@@ -190,8 +185,7 @@ struct AppleRulesTests {
     @Test("21007 for an app that does not allow sandbox: rejected sandbox_not_allowed, nothing granted")
     func sandboxNotAllowed() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
-            try await harness.app(Self.bundle, allowSandbox: false)
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            try await harness.app(Self.bundle, allowSandbox: false, selling: [.premium])
             let transaction = ScenarioReceipt.transactionId()
             let receipt = ScenarioReceipt.make(
                 bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], environment: "Sandbox"
@@ -295,8 +289,7 @@ struct AppleRulesTests {
     /// `extra` keys (a forced status, failures): its transaction id and job id. The scenario lists the
     /// purchase, so a worker that ignored a forced status would grant it.
     private static func submitPremium(_ harness: WorkerHarness, extra: [String: Any] = [:]) async throws -> (transactionId: String, jobId: String) {
-        try await harness.app(Self.bundle)
-        try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+        try await harness.app(Self.bundle, selling: [.premium])
         let transaction = ScenarioReceipt.transactionId()
         let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: extra)
         return (transaction, try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))

@@ -62,11 +62,29 @@ extension WorkerHarness {
         try #require(try await self.queue.record(jobId: jobId))
     }
 
+    /// A harness of the rules suites: the fast retry policy, and the app `bundle` selling `products`.
+    static func rules(_ bundle: String, selling products: RulesProduct..., body: (WorkerHarness) async throws -> Void) async throws {
+        try await Self.with(retry: Self.fastRetry()) { harness in
+            try await harness.app(bundle, selling: products)
+            try await body(harness)
+        }
+    }
+
+    /// Registers the app `bundle` and the `products` it sells.
+    func app(_ bundle: String, allowSandbox: Bool = true, selling products: [RulesProduct]) async throws {
+        try await self.app(bundle, allowSandbox: allowSandbox)
+        for product in products { try await self.product(bundle, product) }
+    }
+
+    /// Registers `product` for the app `bundle`.
+    func product(_ bundle: String, _ product: RulesProduct) async throws {
+        try await self.product(bundle, productId: product.productId, offerId: product.offerId, kind: product.kind, coins: product.coins, days: product.days)
+    }
+
     /// An app `bundle` selling the 100-coin consumable `coins100` (offer `COINS100`), and a receipt that buys
     /// it once: the starting point of most rule tests.
     func coinsPurchase(bundle: String, environment: String = "Production") async throws -> (transaction: String, receipt: String) {
-        try await self.app(bundle)
-        try await self.product(bundle, productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
+        try await self.app(bundle, selling: [.coins100])
         let transaction = ScenarioReceipt.transactionId()
         let receipt = ScenarioReceipt.make(
             bundleId: bundle, purchases: [.init(productId: "coins100", transactionId: transaction)], environment: environment
@@ -306,4 +324,21 @@ enum Subscription {
         entries.insert(newest, at: entries.count / 2)
         return entries
     }
+}
+
+/// A product the rules suites sell, under its usual ids: the Apple product id in lower case, the offer's in
+/// upper case.
+struct RulesProduct: Sendable {
+    let productId: String
+    let offerId: String
+    let kind: ProductKind
+    var coins: Int? = nil
+    var days: Int? = nil
+
+    static let coins50 = RulesProduct(productId: "coins50", offerId: "COINS50", kind: .consumable, coins: 50)
+    static let coins100 = RulesProduct(productId: "coins100", offerId: "COINS100", kind: .consumable, coins: 100)
+    static let premium = RulesProduct(productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+    static let monthly = RulesProduct(productId: "monthly", offerId: "MONTHLY", kind: .autoRenewable)
+    static let yearly = RulesProduct(productId: "yearly", offerId: "YEARLY", kind: .autoRenewable)
+    static let pass30 = RulesProduct(productId: "pass30", offerId: "PASS30", kind: .nonRenewing, days: 30)
 }

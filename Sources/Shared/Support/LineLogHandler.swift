@@ -44,49 +44,52 @@ public struct LineLogHandler: LogHandler {
         )
     }
 
-    /// One log line in the handler's format, newline included.
+    /// One log line in the handler's format, newline included: the same parts in the same order in both
+    /// formats, which differ only in what separates them and how text is written.
     func line(level: Logger.Level, message: String, metadata: Logger.Metadata?) -> [UInt8] {
         // Built by hand, not with JSONSerialization or string interpolation: this runs for every accepted
         // receipt and every job, and Foundation's bridging cost more than the request's own work.
+        let shape = self.format == .json ? LineShape.json : LineShape.text
         var line = JSONText(capacity: 256)
-        switch self.format {
-        case .json:
-            line.append("{\"ts\":\"")
-            Self.appendTimestamp(to: &line)
-            line.append("\",\"level\":\"")
-            line.append(level.rawValue)
-            line.append("\",\"label\":")
-            line.appendString(self.label)
-            line.append(",\"msg\":")
-            line.appendString(message)
-            self.forEachMetadata(metadata) { key, value in
-                line.append(",")
-                line.appendString(key)
-                line.append(":")
-                Self.append(value, to: &line)
+        line.append(shape.start)
+        Self.appendTimestamp(to: &line)
+        line.append(shape.afterTimestamp)
+        line.append(level.rawValue)
+        line.append(shape.afterLevel)
+        shape.appendText(self.label, to: &line)
+        line.append(shape.afterLabel)
+        shape.appendText(message, to: &line)
+        self.forEachMetadata(metadata) { key, value in
+            line.append(shape.beforeKey)
+            shape.appendText(key, to: &line)
+            line.append(shape.afterKey)
+            switch value {
+            case .string(let text): shape.appendText(text, to: &line)
+            case .stringConvertible(let convertible): shape.appendText(convertible.description, to: &line)
+            case .array, .dictionary: Self.append(value, to: &line)
             }
-            line.append("}\n")
-        case .text:
-            Self.appendTimestamp(to: &line)
-            line.append(" ")
-            line.append(level.rawValue)
-            line.append(" ")
-            line.appendText(self.label)
-            line.append(": ")
-            line.appendText(message)
-            self.forEachMetadata(metadata) { key, value in
-                line.append(" ")
-                line.appendText(key)
-                line.append("=")
-                switch value {
-                case .string(let text): line.appendText(text)
-                case .stringConvertible(let convertible): line.appendText(convertible.description)
-                case .array, .dictionary: Self.append(value, to: &line)
-                }
-            }
-            line.append("\n")
         }
+        line.append(shape.end)
         return line.bytes
+    }
+
+    /// What surrounds a line's parts in one format. JSON quotes and escapes its text; a text line escapes
+    /// only what could break the line (arrays and dictionaries are written as JSON in both).
+    private struct LineShape {
+        let start, afterTimestamp, afterLevel, afterLabel, beforeKey, afterKey, end: String
+        let quoted: Bool
+
+        static let json = LineShape(
+            start: "{\"ts\":\"", afterTimestamp: "\",\"level\":\"", afterLevel: "\",\"label\":", afterLabel: ",\"msg\":",
+            beforeKey: ",", afterKey: ":", end: "}\n", quoted: true
+        )
+        static let text = LineShape(
+            start: "", afterTimestamp: " ", afterLevel: " ", afterLabel: ": ", beforeKey: " ", afterKey: "=", end: "\n", quoted: false
+        )
+
+        func appendText(_ text: String, to line: inout JSONText) {
+            if self.quoted { line.appendString(text) } else { line.appendText(text) }
+        }
     }
 
     /// The handler's metadata and the event's (which wins), in key order, without merging dictionaries;
