@@ -22,7 +22,7 @@ struct Fulfiller: Sendable {
         do {
             return try await self.run(job, logger: logger)
         } catch {
-            logger.warning("fulfilment interrupted", metadata: ["error": "\(error)"])
+            logger.warning("fulfilment interrupted", metadata: ["error": "\(Self.describe(error))"])
             return .retry(.internal, detail: Self.describe(error), attemptLimit: nil, exhausted: .failed(.internal))
         }
     }

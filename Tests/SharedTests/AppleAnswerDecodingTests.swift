@@ -53,7 +53,7 @@ struct AppleAnswerDecodingTests {
     }
 
     @Test(
-        "is-retryable and is_retryable are both read",
+        "is-retryable and is_retryable are both read; a value that is neither true nor false reads as absent",
         arguments: [
             (#"{"status": 21100, "is-retryable": true}"#, true),
             (#"{"status": 21100, "is_retryable": true}"#, true),
@@ -61,7 +61,13 @@ struct AppleAnswerDecodingTests {
             (#"{"status": 21100, "is_retryable": 1}"#, true),
             (#"{"status": 21100, "is-retryable": false}"#, false),
             (#"{"status": 21100, "is_retryable": false}"#, false),
+            (#"{"status": 21100, "is-retryable": "false"}"#, false),
+            (#"{"status": 21100, "is-retryable": "0"}"#, false),
             (#"{"status": 21100}"#, nil),
+            // A value that says neither is no answer: the 211xx is retried, not dead-lettered on a guess.
+            (#"{"status": 21100, "is-retryable": ""}"#, nil),
+            (#"{"status": 21100, "is-retryable": "maybe"}"#, nil),
+            (#"{"status": 21100, "is-retryable": 0.5}"#, nil),
         ]
     )
     func retryableFlag(json: String, expected: Bool?) throws {

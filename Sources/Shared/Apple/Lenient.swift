@@ -25,12 +25,18 @@ enum Lenient {
         }
     }
 
-    /// A boolean, a number (non-zero is true) or a string (`true`, `1`, `yes`, in any case).
+    /// A boolean, a whole number (non-zero is true) or a string (`true`, `1`, `yes` or `false`, `0`, `no`,
+    /// in any case); `nil` for anything else, which says neither.
     static func bool(_ value: JSONValue) -> Bool? {
         switch value {
         case .bool(let flag): flag
         case .number(let literal): Int64(literal).map { $0 != 0 }
-        case .string(let text): ["true", "1", "yes"].contains(text.lowercased())
+        case .string(let text):
+            switch text.trimmingCharacters(in: .whitespaces).lowercased() {
+            case "true", "1", "yes": true
+            case "false", "0", "no": false
+            default: nil
+            }
         default: nil
         }
     }
