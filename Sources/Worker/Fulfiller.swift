@@ -164,6 +164,13 @@ struct Fulfiller: Sendable {
             matched = paid
         }
 
+        if product.kind == .consumable {
+            let credit = GrantStore.credit(coins: product.coins, quantity: matched.quantity)
+            guard credit <= GrantStore.maxCredit else {
+                // Apple's quantity times the product's coins: no wallet entry holds it, and no retry changes that.
+                return .failed(.internal, detail: "a credit of \(credit) coins (quantity \(matched.quantity)) is more than a wallet entry holds")
+            }
+        }
         let granting = ContinuousClock.now
         let outcome = try await self.grants.grant(GrantRequest(
             job: job, app: app, product: product, transaction: matched, renewals: renewals,

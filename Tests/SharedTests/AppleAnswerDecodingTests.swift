@@ -178,6 +178,10 @@ struct AppleAnswerDecodingTests {
             #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": 1.5}]}"#,
             #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "expires_date_ms": "soon"}]}"#,
             #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "quantity": true}]}"#,
+            // A quantity no purchase has: a consumable's coins must not be multiplied by it (an overflow).
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "quantity": "9223372036854775807"}]}"#,
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "quantity": 1001}]}"#,
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "quantity": -1}]}"#,
             #"{"status": 0, "latest_receipt_info": [7]}"#,
         ]
     )

@@ -114,6 +114,30 @@ struct AppleRulesProductKindTests {
         }
     }
 
+    @Test("a consumable credits its coins times Apple's quantity; a credit no wallet entry holds fails the job, nothing written")
+    func consumableQuantity() async throws {
+        let large = RulesProduct(productId: "hoard", offerId: "HOARD", kind: .consumable, coins: 1_000_000_000)
+        try await WorkerHarness.rules(Self.bundle, selling: .coins50, large) { harness in
+            let three = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry("coins50", three, quantity: 3)])
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "COINS50", transactionId: three, receipt: receipt)).status == .granted)
+            #expect(try await harness.balance() == 150)
+
+            // 3 × 1,000,000,000 coins is more than PostgreSQL's integer: refused at once, not retried until the
+            // policy runs out, and no credit, ledger row or claim is written.
+            let tooMuch = ScenarioReceipt.transactionId()
+            let record = try await harness.workUntilFinal(try await harness.submit(
+                offerId: "HOARD", transactionId: tooMuch,
+                receipt: ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry("hoard", tooMuch, quantity: 3)])
+            ))
+            #expect(record.status == .failed)
+            #expect(record.reason == "internal")
+            #expect(record.attempts == 1)
+            #expect(try await harness.balance() == 150)
+            #expect(try await harness.ledgerRow(tooMuch) == nil)
+        }
+    }
+
     @Test("a non-consumable grants access with no expiry")
     func nonConsumable() async throws {
         try await WorkerHarness.rules(Self.bundle, selling: .premium) { harness in

@@ -46,8 +46,16 @@ public struct AppleTransaction: Sendable, Equatable {
             productId: try Lenient.required(object, "product_id", Lenient.string), transactionId: transactionId,
             originalTransactionId: try Lenient.field(object, "original_transaction_id", Lenient.string),
             purchaseDateMilliseconds: purchase, expiresDateMilliseconds: try Lenient.field(object, "expires_date_ms", Lenient.int),
-            cancellationDateMilliseconds: cancellation, quantity: Int(try Lenient.field(object, "quantity", Lenient.int) ?? 1)
+            cancellationDateMilliseconds: cancellation, quantity: try Self.quantity(object)
         )
+    }
+
+    /// Apple's `quantity`: 1 when absent. A purchase is at most 10 (SKPayment's limit); anything outside
+    /// 0...1000 is not a quantity, and a grant must not multiply a product's coins by it.
+    static func quantity(_ object: [String: JSONValue]) throws(Lenient.Malformed) -> Int {
+        guard let quantity = try Lenient.field(object, "quantity", Lenient.int) else { return 1 }
+        guard (0...1000).contains(quantity) else { throw Lenient.Malformed() }
+        return Int(quantity)
     }
 
     /// Whether Apple refunded or revoked it.

@@ -5,6 +5,15 @@ import Foundation
 /// Each grant is one short PostgreSQL transaction keyed by Apple's identifiers, so a replayed delivery
 /// (after a crash between commit and acknowledgement) finds its own work done and changes nothing.
 public struct GrantStore: Sendable {
+    /// The most coins one wallet entry holds (its column is a PostgreSQL `integer`).
+    public static let maxCredit = Int(Int32.max)
+
+    /// What a consumable's purchase credits: the product's coins for each unit Apple says was bought.
+    /// Not bounded here: a credit above `maxCredit` is refused before the grant (Fulfiller).
+    public static func credit(coins: Int?, quantity: Int) -> Int {
+        (coins ?? 0) * max(1, quantity)
+    }
+
     private let database: PostgresClient
 
     /// Creates a store over a client.
@@ -103,7 +112,7 @@ public struct GrantStore: Sendable {
         let write: (String, [any PostgresEncodable])
         switch request.product.kind {
         case .consumable:
-            let coins = (request.product.coins ?? 0) * max(1, transaction.quantity)
+            let coins = Self.credit(coins: request.product.coins, quantity: transaction.quantity)
             write = (
                 """
                 INSERT INTO wallet_entries (publisher_id, customer_email, transaction_ref, kind, coins)
