@@ -219,6 +219,33 @@ struct PostgresClientTests {
         }
     }
 
+    /// A primary demoted in a failover keeps its sessions and answers every write with 25006; the session's
+    /// own `default_transaction_read_only` stands in for the demotion here.
+    @Test("a write refused because the server is read-only (25006) is unavailable, and the next lease runs on a new connection")
+    func readOnlyServerDropsConnection() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("CREATE TABLE w (n int)")
+            let firstPid = try #require(try await client.query("SELECT pg_backend_pid() AS pid").first?.decode(Int.self, "pid"))
+            try await client.query("SET default_transaction_read_only = on")
+            let refused = await #expect(throws: PostgresError.self) { try await client.query("INSERT INTO w VALUES (1)") }
+            #expect(refused?.sqlState == "25006")
+            #expect(refused?.isReadOnlyServer == true)
+            #expect(refused?.isUnavailable == true, "the API answers 503 and the worker retries")
+            #expect(refused?.isConnectionFailure == false)
+            try await client.query("INSERT INTO w VALUES (2)")
+            let secondPid = try #require(try await client.query("SELECT pg_backend_pid() AS pid").first?.decode(Int.self, "pid"))
+            #expect(secondPid != firstPid)
+            #expect(try await client.query("SELECT count(*)::int AS n FROM w").first?.decode(Int.self, "n") == 1)
+        }
+    }
+
+    @Test("serialization failures and deadlocks are unavailable (retried, 503), other server errors are not", arguments: [
+        ("40001", true), ("40P01", true), ("57014", true), ("55P03", true), ("25006", true), ("23505", false), ("22003", false), ("42601", false),
+    ])
+    func unavailableStates(sqlState: String, unavailable: Bool) {
+        #expect(PostgresError(.server, sqlState: sqlState, "x").isUnavailable == unavailable)
+    }
+
     @Test("after pg_terminate_backend from another client, the client's next statement runs on a new connection, without failing first")
     func reconnectAfterTerminate() async throws {
         try await TestDatabase.withFresh(connections: 1) { client, url in

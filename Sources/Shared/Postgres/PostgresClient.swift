@@ -279,7 +279,8 @@ public struct PostgresSession: Sendable {
         }
     }
 
-    /// Runs on a pool thread: forgets a connection that broke. Only the first statement of a lease
+    /// Runs on a pool thread: forgets a connection that broke, or whose server takes no writes (a demoted
+    /// primary: the next lease connects again, and so reaches whichever server the URL now names). Only the first statement of a lease
     /// (re)connects, after checking that the server did not close the connection while it was idle (a
     /// restart, a terminated backend), so that its first use does not fail for it, and that the last lease
     /// did not leave it inside a transaction. A connection that
@@ -298,7 +299,7 @@ public struct PostgresSession: Sendable {
         guard let connection = slot.connection else { throw PostgresError(.connection, "the connection broke earlier in this lease") }
         do {
             return try body(connection)
-        } catch let error as PostgresError where error.code == .connection {
+        } catch let error as PostgresError where error.code == .connection || error.isReadOnlyServer {
             slot.connection = nil
             throw error
         }

@@ -47,11 +47,20 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
             || (self.sqlState.map { $0.hasPrefix("08") || $0.hasPrefix("57P") } ?? false)
     }
 
+    /// SQLSTATE 25006: the session's server takes no writes. A primary demoted in a failover (or a standby
+    /// behind a stale address) keeps its sessions open; only a new connection can reach the new primary.
+    public var isReadOnlyServer: Bool { self.sqlState == "25006" }
+
     /// Whether PostgreSQL cannot serve right now and the same statement may succeed shortly: unreachable,
-    /// no connection free in time, or the statement cancelled by `statement_timeout` (57014) or
-    /// `lock_timeout` (55P03), which is what a stalled server or a long-held lock looks like.
+    /// no connection free in time, the statement cancelled by `statement_timeout` (57014) or
+    /// `lock_timeout` (55P03), which is what a stalled server or a long-held lock looks like, a
+    /// serialization failure or deadlock (40001, 40P01), or a server that takes no writes (25006).
     public var isUnavailable: Bool {
-        self.isConnectionFailure || self.sqlState == "57014" || self.sqlState == "55P03"
+        guard !self.isConnectionFailure else { return true }
+        switch self.sqlState {
+        case "57014", "55P03", "40001", "40P01", "25006": return true
+        default: return false
+        }
     }
 
     public var description: String {
