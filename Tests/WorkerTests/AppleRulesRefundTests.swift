@@ -222,6 +222,26 @@ struct AppleRulesRefundTests {
         }
     }
 
+    /// Two answers for one subscription on two workers: one taken just before Apple refunded the current
+    /// period, one just after. The later answer's refund commits first; the older answer must not give the
+    /// refunded period's access back, and later answers must not have to take it back again.
+    @Test("an answer older than a refund already applied does not give the refunded period's access back")
+    func staleAnswerAfterRefund() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            let entries = try await Self.grantedSubscription(submitting: 2, harness: harness)
+            let cancelledAt = Millis.now - 1000
+            let refunded = ScenarioReceipt.make(bundleId: Self.bundle, entries: Self.withPeriods(entries, cancelled: [2: cancelledAt]))
+            #expect(try await harness.workUntilFinal(try await harness.inject(offerId: "MONTHLY", transactionId: entries[2].transactionId, receipt: refunded)).reason == "refunded")
+            #expect(try await harness.access("MONTHLY").granted == false)
+
+            // The older answer names the first period (middleware often does) and lists the current one unrefunded.
+            let stale = ScenarioReceipt.make(bundleId: Self.bundle, entries: entries)
+            _ = try await harness.workUntilFinal(try await harness.inject(offerId: "MONTHLY", transactionId: entries[0].transactionId, receipt: stale))
+            #expect(try await harness.access("MONTHLY").granted == false, "the refund stands")
+            #expect(try await harness.ledgerRow(entries[2].transactionId)?.state == "invalidated")
+        }
+    }
+
     @Test("a refunded period with a later period still paid for leaves the access until the later period ends")
     func refundedPeriodLaterStillPaid() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in

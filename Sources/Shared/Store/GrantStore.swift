@@ -41,10 +41,19 @@ public struct GrantStore: Sendable {
 
     /// The body of ``grant(_:)``: opens the transaction and commits it on every path that returns.
     private static func grant(_ request: GrantRequest, session: PostgresSession) async throws -> GrantOutcome {
+        var request = request
         let job = request.job
         let transaction = request.transaction
         let claimKey = request.product.kind.claimsByOriginalTransaction
             ? "original:\(transaction.originalTransactionId)" : "transaction:\(transaction.transactionId)"
+        // The subscription's other periods the answer says are paid for, as the ledger knows them after the
+        // lock: an answer taken just before Apple refunded one of them may reach here after the refund did.
+        let paidPeriods = request.product.kind == .autoRenewable
+            ? request.renewals.filter { !$0.isCancelled && $0.transactionId != transaction.transactionId }.map(\.transactionId) : []
+        let refundedPeriods: [(String, [any PostgresEncodable])] = paidPeriods.isEmpty ? [] : [(
+            "SELECT transaction_id FROM transactions WHERE app_id = $1 AND transaction_id = ANY($2) AND cancellation_date IS NOT NULL",
+            [request.app.id, PostgresTextArray(paidPeriods)]
+        )]
         let opened = try await session.pipeline([
             ("BEGIN", []),
             Self.lockStatement(publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId),
@@ -60,7 +69,14 @@ public struct GrantStore: Sendable {
                 [job.publisherId, claimKey, job.customerEmail]
             ),
             Self.recordVerifiedStatement(request, claimKey: claimKey),
-        ])
+        ] + refundedPeriods)
+        if !refundedPeriods.isEmpty {
+            // A refund the ledger holds stands: such a period counts as cancelled, as a fresher answer has it.
+            let refunded = Set(try opened[4].rows.map { try $0.decode(String.self, "transaction_id") })
+            for index in request.renewals.indices where refunded.contains(request.renewals[index].transactionId) {
+                request.renewals[index].cancellationDateMilliseconds = Int64(request.verifiedAt.timeIntervalSince1970 * 1000)
+            }
+        }
         var owner = try opened[2].first?.decode(String.self, "customer_email")
         let claimCreated = try opened[2].first?.decode(Bool.self, "created") ?? false
         // A purchase belongs to the first customer it was *granted* to: a claim this attempt took is given
