@@ -506,6 +506,23 @@ struct PostgresClientTests {
         }
     }
 
+    /// PostgreSQL times each statement of a pipeline on its own (each Execute) and sends the results at the
+    /// sync point, so a pipeline may run for longer than one statement timeout before anything arrives.
+    @Test("a pipeline whose statements each end within the statement timeout runs to its end, past one timeout and its grace")
+    func pipelineLongerThanOneTimeout() async throws {
+        let client = try await Self.client(statementTimeout: "1s")
+        try await TestEnvironment.using(client) {
+            // Ten statements of 0.7 s: 7 s in all, past the 1 s timeout and its 5 s grace taken once.
+            let results = try await client.withConnection { session in
+                try await session.pipeline(Array(repeating: ("SELECT pg_sleep(0.7)", []), count: 10))
+            }
+            #expect(results.count == 10)
+            // One statement past the timeout is still cancelled by the server.
+            let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT pg_sleep(1.5)") }
+            #expect(error?.sqlState == "57014")
+        }
+    }
+
     @Test("a server that stops answering mid-call ends the call at the statement timeout and its grace, not never; the client then serves again")
     func silentServer() async throws {
         let client = try await Self.client(statementTimeout: "1s")

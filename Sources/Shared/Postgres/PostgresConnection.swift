@@ -19,8 +19,9 @@ final class PostgresConnection {
     /// and the callers waiting for one; the URL's `options` may set another (`-c statement_timeout=…`).
     static let defaultStatementTimeout = "15s"
     /// How long past its statement timeout a call waits for the server's answer before it gives the
-    /// connection up: the server enforces the timeout itself, so a server that says nothing by then is
-    /// not running the statement (a stopped backend, a proxy whose other side froze) and never will.
+    /// connection up: the server enforces the timeout itself (on each statement of a pipeline), so a
+    /// server that says nothing by then is not running the statement (a stopped backend, a proxy whose
+    /// other side froze) and never will.
     static let answerGrace = Duration.seconds(5)
 
     /// The session's statement timeout when it connected (`nil`: none, or a value this cannot read).
@@ -180,8 +181,8 @@ final class PostgresConnection {
     }
 
     /// When the answer to a call sent now is due.
-    private func deadline() -> ContinuousClock.Instant? {
-        self.answerDeadline.map { ContinuousClock.now + $0 }
+    private func deadline(statements: Int = 1) -> ContinuousClock.Instant? {
+        self.answerDeadline.map { ContinuousClock.now + $0 + (self.statementTimeout ?? .zero) * (statements - 1) }
     }
 
     /// Reads every result of the call just sent (one per statement of its text), up to the NULL that ends
@@ -259,7 +260,9 @@ final class PostgresConnection {
             guard sent == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
         }
         guard PQpipelineSync(self.handle) == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
-        let deadline = self.deadline()
+        // PostgreSQL times each statement of a pipeline on its own, and sends their results together at the
+        // sync point: the wait allows every statement its timeout.
+        let deadline = self.deadline(statements: statements.count)
 
         var results: [PostgresResult] = []
         var firstError: PostgresError?
