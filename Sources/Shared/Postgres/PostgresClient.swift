@@ -280,10 +280,10 @@ public struct PostgresSession: Sendable {
     }
 
     /// Runs on a pool thread: forgets a connection that broke, or whose server takes no writes (a demoted
-    /// primary: the next lease connects again, and so reaches whichever server the URL now names). Only the first statement of a lease
-    /// (re)connects, after checking that the server did not close the connection while it was idle (a
-    /// restart, a terminated backend), so that its first use does not fail for it, and that the last lease
-    /// did not leave it inside a transaction. A connection that
+    /// primary: the next lease connects again, and so reaches whichever server the URL now names). Only
+    /// the first statement of a lease (re)connects, after checking that the server did not close the
+    /// connection while it was idle (a restart, a terminated backend), so that its first use does not fail
+    /// for it, and that the last lease did not leave it inside a transaction. A connection that
     /// broke later in the lease is not replaced: the statements after it would run outside the
     /// transaction they belong to.
     private static func withConnection<T>(slot: PostgresSlot, url: String, _ body: (PostgresConnection) throws -> T) throws -> T {
