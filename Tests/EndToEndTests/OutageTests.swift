@@ -18,6 +18,19 @@ struct OutageTests {
         return try await system.submit(publisher, email: "u\(index)@example.com", offerId: "S200_US", transactionId: transaction, receipt: receipt)
     }
 
+    /// Submits a receipt whose verification takes Apple `latencyMs`, and returns its job id once a worker
+    /// has started it: the job is processing, waiting for Apple, when the caller's outage begins.
+    static func processingJob(
+        _ system: TollgateSystem, _ publisher: TollgateSystem.Publisher, _ index: Int, latencyMs: Int
+    ) async throws -> String {
+        let reply = try await Self.submit(system, publisher, index, latencyMs: latencyMs)
+        let job = try #require(reply.json["jobId"] as? String)
+        _ = try await Poll.until(timeout: .seconds(20), "the job processing") {
+            try await system.job(publisher, job)["status"] as? String == "processing" ? true : nil
+        }
+        return job
+    }
+
     static func ready(_ system: TollgateSystem, port: Int) async throws -> Int {
         (try? await system.request(.GET, "/health/ready", base: "http://127.0.0.1:\(port)").status) ?? 0
     }
@@ -95,11 +108,7 @@ struct OutageTests {
             try await system.startWorker(name: "e2e-redis-at-record")
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Apple takes 4 s: Redis goes away while the worker waits for it, and is away when the grant commits.
-            let reply = try await Self.submit(system, publisher, 1, latencyMs: 4000)
-            let job = try #require(reply.json["jobId"] as? String)
-            _ = try await Poll.until(timeout: .seconds(20), "the job processing") {
-                try await system.job(publisher, job)["status"] as? String == "processing" ? true : nil
-            }
+            let job = try await Self.processingJob(system, publisher, 1, latencyMs: 4000)
             await redis.stop()
             _ = try await Poll.until(timeout: .seconds(30), "the grant committed while Redis is down") {
                 try await system.count("SELECT count(*) FROM wallet_entries") == 1 ? true : nil
@@ -150,13 +159,10 @@ struct OutageTests {
         try await Self.onOwnRedis(["TOLLGATE_WORKER_CONCURRENCY": "1"]) { _, system, admin in
             try await system.startWorker(name: "e2e-redis-full")
             let publisher = try await system.createPublisher(products: [Self.coins])
-            // Apple takes 3 s over the first: it is processing when Redis fills up.
-            let first = try await Self.submit(system, publisher, 1, latencyMs: 3000)
+            // Apple takes 3 s over the first: it is processing when Redis fills up, and the second waits.
+            let first = try await Self.processingJob(system, publisher, 1, latencyMs: 3000)
             let second = try await Self.submit(system, publisher, 2)
-            let jobs = [try #require(first.json["jobId"] as? String), try #require(second.json["jobId"] as? String)]
-            _ = try await Poll.until(timeout: .seconds(20), "the first job processing") {
-                try await system.job(publisher, jobs[0])["status"] as? String == "processing" ? true : nil
-            }
+            let jobs = [first, try #require(second.json["jobId"] as? String)]
             _ = try await admin.send("CONFIG", "SET", "maxmemory", "1")
             #expect(try await Self.submit(system, publisher, 3).status == 503)
             // Each finish forgets its receipt, and the next job starts: Redis at maxmemory must let both happen.
