@@ -38,20 +38,23 @@ struct OutageTests {
     /// Runs `body` with a system on a Redis server of the test's own (the test may stop, start or fill it)
     /// and an admin client to that server, and shuts all three down afterwards, on failure too.
     static func onOwnRedis(
-        _ environment: [String: String] = [:], _ body: (DedicatedRedis, TollgateSystem, RedisClient) async throws -> Void
+        _ environment: [String: String] = [:], worker: String? = nil,
+        _ body: (DedicatedRedis, TollgateSystem, RedisClient) async throws -> Void
     ) async throws {
         let redis = try await DedicatedRedis()
         try await TestEnvironment.using(redis) {
             let system = try await TollgateSystem(extraEnvironment: environment, redisURL: redis.url)
             let admin = RedisClient(configuration: try RedisConfiguration(url: redis.url), connections: 1)
-            try await TestEnvironment.using(admin, system) { try await body(redis, system, admin) }
+            try await TestEnvironment.using(admin, system) {
+                if let worker { try await system.startWorker(name: worker) }
+                try await body(redis, system, admin)
+            }
         }
     }
 
     @Test("Redis down: the API answers 503 with Retry-After (never OK) and serves no access status from memory, readiness says 503 on API and worker; back up, all recover and every accepted job is granted")
     func redisOutage() async throws {
-        try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"]) { redis, system, _ in
-            try await system.startWorker(name: "e2e-redis-outage")
+        try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"], worker: "e2e-redis-outage") { redis, system, _ in
             let workerPort = try #require(system.workerPorts["e2e-redis-outage"])
             let apiPort = try #require(URLComponents(string: system.apiBase)?.port)
             let publisher = try await system.createPublisher(products: [Self.coins])
@@ -104,8 +107,7 @@ struct OutageTests {
     @Test("Redis down between a grant's commit and its record: once Redis is back the job reads granted within seconds, not after the claim idle time")
     func redisDownAtRecord() async throws {
         // The default claim idle time: a peer's claim alone would leave the job `processing` for a minute or more.
-        try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "60000"]) { redis, system, _ in
-            try await system.startWorker(name: "e2e-redis-at-record")
+        try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "60000"], worker: "e2e-redis-at-record") { redis, system, _ in
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Apple takes 4 s: Redis goes away while the worker waits for it, and is away when the grant commits.
             let job = try await Self.processingJob(system, publisher, 1, latencyMs: 4000)
@@ -156,8 +158,7 @@ struct OutageTests {
     func redisFullDrains() async throws {
         // One job at a time: the second waits in the stream, unread, while the first is verified (the queue's
         // own test starts a job at maxmemory whatever the timing).
-        try await Self.onOwnRedis(["TOLLGATE_WORKER_CONCURRENCY": "1"]) { _, system, admin in
-            try await system.startWorker(name: "e2e-redis-full")
+        try await Self.onOwnRedis(["TOLLGATE_WORKER_CONCURRENCY": "1"], worker: "e2e-redis-full") { _, system, admin in
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Apple takes 3 s over the first: it is processing when Redis fills up, and the second waits.
             let first = try await Self.processingJob(system, publisher, 1, latencyMs: 3000)
