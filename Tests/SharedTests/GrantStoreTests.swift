@@ -682,12 +682,7 @@ struct GrantStoreTests {
     func passAfterSubscriptionOfTheSameOffer() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            // One offer is one product per app: the pass is the tvOS app's.
-            let tv = try await world.catalog.createApp(publisherId: world.publisher.id, bundleId: "com.example.tv.appletv", sharedSecret: nil, allowSandbox: true)
-            let pass = try await world.catalog.createProduct(ProductDraft(
-                publisherId: world.publisher.id, bundleId: tv.bundleId, productId: "sub.pass30", offerId: world.subscription.offerId,
-                kind: .nonRenewing, title: "30 days", description: nil, coins: nil, durationDays: 30, enabled: true
-            ))
+            let (tv, pass) = try await Self.secondApp(world, selling: .nonRenewing)
             let period = Self.subscription(now, endingInDays: 60)[0]
             _ = try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period]))
             let bought = AppleTransaction(productId: "sub.pass30", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
@@ -696,6 +691,67 @@ struct GrantStoreTests {
             request.app = tv
             #expect(try await world.grants.grant(request) == .granted(expiresAt: end))
             #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, end))
+        }
+    }
+
+    /// A second app of the publisher (tvOS) and its product for the subscription's offer: one offer is one
+    /// product per app. A pass is of 30 days.
+    static func secondApp(_ world: World, selling kind: ProductKind) async throws -> (App, Product) {
+        let tv = try await world.catalog.createApp(publisherId: world.publisher.id, bundleId: "com.example.tv.appletv", sharedSecret: nil, allowSandbox: true)
+        let product = try await world.catalog.createProduct(ProductDraft(
+            publisherId: world.publisher.id, bundleId: tv.bundleId, productId: "tv.\(kind.rawValue)", offerId: world.subscription.offerId,
+            kind: kind, title: kind.rawValue, description: nil, coins: nil, durationDays: kind == .nonRenewing ? 30 : nil, enabled: true
+        ))
+        return (tv, product)
+    }
+
+    @Test(
+        "one offer sold in two apps: refunding what one app sold leaves what the other sold",
+        arguments: [ProductKind.autoRenewable, .nonRenewing, .nonConsumable], ["subscription", "other"]
+    )
+    func offerSoldInTwoApps(_ kind: ProductKind, refunded: String) async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let (tv, product) = try await Self.secondApp(world, selling: kind)
+            var subscription = Self.subscription(now, endingInDays: 60)[0]
+            _ = try await world.grants.grant(world.request("a@example.com", world.subscription, subscription, renewals: [subscription]))
+            // Bought in the other app while the subscription runs: a subscription of its own ending in 30 days,
+            // a 30-day pass (stacked after the subscription), or the offer for life.
+            let id = Fixtures.transactionId()
+            var other = AppleTransaction(
+                productId: product.productId, transactionId: id, originalTransactionId: id, purchaseDateMilliseconds: Self.ms(now),
+                expiresDateMilliseconds: kind == .autoRenewable ? Self.ms(now.addingTimeInterval(30 * Self.day)) : nil
+            )
+            func grant(_ transaction: AppleTransaction, _ product: Product, in app: App) async throws -> GrantOutcome {
+                var request = world.request("a@example.com", product, transaction, renewals: product.kind == .autoRenewable ? [transaction] : [], verifiedAt: now)
+                request.app = app
+                return try await world.grants.grant(request)
+            }
+            #expect(try await grant(other, product, in: tv).isGranted)
+            let both: Date? = switch kind {
+            case .autoRenewable: Self.date(subscription.expiresDateMilliseconds)
+            case .nonRenewing: Self.date(subscription.expiresDateMilliseconds).addingTimeInterval(30 * Self.day)
+            default: nil
+            }
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, both))
+
+            let left: Date?
+            if refunded == "subscription" {
+                subscription.cancellationDateMilliseconds = Self.ms(now)
+                #expect(try await grant(subscription, world.subscription, in: world.app) == .refunded)
+                left = switch kind {
+                case .autoRenewable: Self.date(other.expiresDateMilliseconds)
+                case .nonRenewing: now.addingTimeInterval(30 * Self.day)  // the pass's days from its purchase
+                default: nil
+                }
+            } else {
+                other.cancellationDateMilliseconds = Self.ms(now)
+                #expect(try await grant(other, product, in: tv) == .refunded)
+                left = Self.date(subscription.expiresDateMilliseconds)
+            }
+            let access = try await world.access("a@example.com", world.subscription)
+            #expect(access.granted, "what the other app sold is still paid for")
+            #expect(Self.close(access.expiresAt, left))
         }
     }
 

@@ -518,49 +518,24 @@ public struct GrantStore: Sendable {
         )
     }
 
-    /// Withdraws what a refunded transaction gave: the entitlement it (or a later period of the same
-    /// purchase) granted ends at the cancellation, unless another period of the same subscription, still
-    /// paid for, ends later; its coins are reversed, its ledger row is invalidated.
-    /// A non-renewing pass gave its days to a stack: the stack is recomputed without it.
+    /// Withdraws what a refunded transaction gave: when it, or another period of its subscription, was
+    /// granted, the customer's access to its offer is recomputed from what the ledger still holds
+    /// (``recomputeAccess``); its coins are reversed; its ledger row is invalidated.
     private static func revoke(ledgerId: Int64, cancelledAt: Date, session: PostgresSession) async throws {
         let cancelled = try await session.query(
             """
-            SELECT t.state, t.customer_email, t.offer_id, t.publisher_id, p.kind FROM transactions t
-            LEFT JOIN products p ON p.id = t.product_ref WHERE t.id = $1
+            SELECT t.customer_email, t.offer_id, t.publisher_id, EXISTS (
+                SELECT 1 FROM transactions g WHERE g.app_id = t.app_id AND g.original_transaction_id = t.original_transaction_id
+                  AND g.customer_email = t.customer_email AND g.offer_id = t.offer_id AND g.state = 'fulfilled'
+            ) AS granted
+            FROM transactions t WHERE t.id = $1
             """,
             [ledgerId]
         ).first
-        if let cancelled, try cancelled.decode(String?.self, "kind") == ProductKind.nonRenewing.rawValue {
-            if try cancelled.decode(String.self, "state") == "fulfilled" {
-                try await Self.restackPasses(
-                    publisherId: try cancelled.decode(UUID.self, "publisher_id"), customerEmail: try cancelled.decode(String.self, "customer_email"),
-                    offerId: try cancelled.decode(String.self, "offer_id"), without: ledgerId, cancelledAt: cancelledAt, session: session
-                )
-            }
-        } else {
-            // A subscription is paid for period by period: one refunded period takes away the access only
-            // when no other period of it, still paid for, ends after the refund (a later renewal, or the
-            // same subscription bought again). Otherwise the access ends with the latest such period.
-            // Only the refunded period's own customer and offer: after an upgrade or a downgrade, the
-            // other product's periods are another offer's access, neither kept by nor taken with this one.
-            let subscription = try cancelled?.decode(String?.self, "kind") == ProductKind.autoRenewable.rawValue
-            try await session.query(
-                """
-                UPDATE entitlements e SET
-                    revoked_at = CASE WHEN kept.until > $2 THEN NULL ELSE $2 END,
-                    expires_at = CASE WHEN kept.until > $2 THEN kept.until ELSE e.expires_at END,
-                    updated_at = now()
-                FROM transactions granting, transactions cancelled, LATERAL (
-                    SELECT max(other.expires_date) AS until FROM transactions other
-                    WHERE $3::boolean AND other.app_id = cancelled.app_id AND other.original_transaction_id = cancelled.original_transaction_id
-                      AND other.customer_email = cancelled.customer_email AND other.offer_id = cancelled.offer_id AND other.id <> cancelled.id
-                      AND other.cancellation_date IS NULL
-                ) kept
-                WHERE cancelled.id = $1 AND granting.id = e.granted_by AND granting.app_id = cancelled.app_id
-                  AND granting.original_transaction_id = cancelled.original_transaction_id AND e.revoked_at IS NULL
-                  AND e.customer_email = cancelled.customer_email AND e.offer_id = cancelled.offer_id
-                """,
-                [ledgerId, cancelledAt, subscription]
+        if let cancelled, try cancelled.decode(Bool.self, "granted") {
+            try await Self.recomputeAccess(
+                publisherId: try cancelled.decode(UUID.self, "publisher_id"), customerEmail: try cancelled.decode(String.self, "customer_email"),
+                offerId: try cancelled.decode(String.self, "offer_id"), without: ledgerId, cancelledAt: cancelledAt, session: session
             )
         }
         try await session.query(
@@ -609,42 +584,80 @@ public struct GrantStore: Sendable {
         }
     }
 
-    /// Passes stacked in order, each from its purchase or the end of the one before, whichever is later:
+    /// Passes stacked in order, each from its purchase or the end of the one before, whichever is later, or
+    /// from `after(purchase)` when that is later still (the end of other access running at the purchase):
     /// the end and the last pass, or `nil` for none.
-    private static func stack(_ passes: [Pass]) -> (end: Date, last: Int64)? {
+    private static func stack(_ passes: [Pass], after: (Date) -> Date? = { _ in nil }) -> (end: Date, last: Int64)? {
         var stack: (end: Date, last: Int64)?
         for pass in passes {
-            let start = max(pass.purchased, stack?.end ?? pass.purchased)
+            let start = max(pass.purchased, stack?.end ?? pass.purchased, after(pass.purchased) ?? pass.purchased)
             stack = (start.addingTimeInterval(Double(pass.days) * 86_400), pass.id)
         }
         return stack
     }
 
-    /// The customer's stack of non-renewing passes for an offer, recomputed without a refunded one;
-    /// revoked when none is left. Access with no expiry (a non-consumable of the same offer) is kept.
-    private static func restackPasses(
+    /// The customer's access to an offer, recomputed without a refunded ledger row from every grant of the
+    /// offer the ledger still holds, in any of the publisher's apps (one offer may be sold in several):
+    ///
+    /// - forever, while a non-consumable of it stays granted;
+    /// - else until the latest of the subscriptions' periods still paid for (the refunded period's own
+    ///   subscription's, recorded or granted, and the other subscriptions' granted ones), and the passes
+    ///   still granted, stacked in the order they were bought, the ones bought before that end after it;
+    /// - revoked at the refund when that is no later than the refund.
+    ///
+    /// Only this customer and offer: after an upgrade or a downgrade, the other product's periods are another
+    /// offer's access, neither kept by nor taken with this one. An unrevoked entitlement only: a revoked one
+    /// has nothing left to take. A billing grace period is not in the ledger, so the access ends at the
+    /// subscription's last paid period until its receipt is submitted again.
+    private static func recomputeAccess(
         publisherId: UUID, customerEmail: String, offerId: String, without refunded: Int64, cancelledAt: Date, session: PostgresSession
     ) async throws {
-        let passes = try await Self.passes(
-            publisherId: publisherId, customerEmail: customerEmail, offerId: offerId, without: refunded, with: nil, session: session
-        )
-        if let (end, last) = Self.stack(passes) {
-            try await session.query(
-                """
-                UPDATE entitlements SET expires_at = $4, granted_by = $5, updated_at = now()
-                WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL AND expires_at IS NOT NULL
-                """,
-                [publisherId, customerEmail, offerId, end, last]
-            )
-        } else {
-            try await session.query(
-                """
-                UPDATE entitlements SET revoked_at = $4, updated_at = now()
-                WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL AND expires_at IS NOT NULL
-                """,
-                [publisherId, customerEmail, offerId, cancelledAt]
+        let held = try await session.query(
+            """
+            SELECT other.id, p.kind, other.purchase_date, other.expires_date FROM transactions other
+            JOIN products p ON p.id = other.product_ref, transactions refunded
+            WHERE refunded.id = $4 AND other.publisher_id = $1 AND other.customer_email = $2 AND other.offer_id = $3
+              AND other.id <> refunded.id AND other.cancellation_date IS NULL AND p.kind IN ('non_consumable', 'auto_renewable')
+              AND (other.state = 'fulfilled' OR (p.kind = 'auto_renewable' AND other.app_id = refunded.app_id
+                AND other.original_transaction_id = refunded.original_transaction_id))
+            ORDER BY other.id
+            """,
+            [publisherId, customerEmail, offerId, refunded]
+        ).rows.map {
+            (
+                id: try $0.decode(Int64.self, "id"), kind: try $0.decode(String.self, "kind"),
+                bought: try $0.decode(Date?.self, "purchase_date"), ends: try $0.decode(Date?.self, "expires_date")
             )
         }
+        // The access left: its end (`nil` for forever) and the ledger row it comes from, or nothing.
+        var left: (end: Date?, by: Int64)?
+        if let lifetime = held.first(where: { $0.kind == ProductKind.nonConsumable.rawValue }) {
+            left = (nil, lifetime.id)
+        } else {
+            let periods = held.compactMap { row in row.ends.map { (bought: row.bought, ends: $0, by: row.id) } }
+            let subscribed = periods.max { $0.ends < $1.ends }
+            let passes = try await Self.passes(
+                publisherId: publisherId, customerEmail: customerEmail, offerId: offerId, without: refunded, with: nil, session: session
+            )
+            // A pass bought while a subscription ran was stacked after the subscription's access.
+            let stacked = Self.stack(passes) { bought in
+                periods.contains { ($0.bought ?? $0.ends) <= bought && bought < $0.ends } ? subscribed?.ends : nil
+            }
+            if let subscribed, subscribed.ends >= stacked?.end ?? .distantPast {
+                left = (subscribed.ends, subscribed.by)
+            } else if let stacked {
+                left = (stacked.end, stacked.last)
+            }
+            if let end = left?.end, end <= cancelledAt { left = nil }
+        }
+        try await session.query(
+            """
+            UPDATE entitlements SET expires_at = CASE WHEN $6::boolean THEN $4::timestamptz ELSE expires_at END,
+                granted_by = COALESCE($5::bigint, granted_by), revoked_at = CASE WHEN $6 THEN NULL ELSE $7::timestamptz END, updated_at = now()
+            WHERE publisher_id = $1 AND customer_email = $2 AND offer_id = $3 AND revoked_at IS NULL
+            """,
+            [publisherId, customerEmail, offerId, left?.end, left?.by, left != nil, cancelledAt]
+        )
     }
 
     private static func invalidateStatement(ledgerId: Int64, reason: String) -> (String, [any PostgresEncodable]) {
