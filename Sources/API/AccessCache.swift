@@ -23,7 +23,8 @@ final class AccessCache: Sendable {
     /// One answer, as read: expiry is checked again on every hit.
     struct Answer: Sendable, Equatable {
         var granted: Bool
-        var expiresAt: Int?
+        /// To the instant PostgreSQL holds: an access ending within the second is still granted until it ends.
+        var expiresAt: Date?
         var pending: Bool
     }
 

@@ -23,4 +23,17 @@ struct ExpiringCacheTests {
         #expect(await cache.value(for: "k", now: 0) { 1 } == 1)
         await #expect(throws: Down.self) { try await cache.value(for: "k", now: 6 * Self.second) { throw Down() } }
     }
+
+    @Test("a value loaded while its key was removed (an admin change committed meanwhile) is answered but not kept")
+    func removedWhileLoading() async throws {
+        let cache = ExpiringCache<String, Int>(lifetime: 5)
+        let loaded = await cache.value(for: "k", now: 0) {
+            // The load read the old value; the change commits and removes the key before the load returns.
+            cache.remove("k")
+            return 1
+        }
+        #expect(loaded == 1)
+        #expect(await cache.value(for: "k", now: 1) { 2 } == 2, "loaded again, not the value read before the change")
+        #expect(await cache.value(for: "k", now: 2) { 3 } == 2, "kept once loaded undisturbed")
+    }
 }

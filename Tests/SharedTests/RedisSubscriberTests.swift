@@ -73,4 +73,30 @@ struct RedisSubscriberTests {
             await waiting.shutdown()
         }
     }
+
+    @Test(
+        "a connection that stops answering without closing counts as lost until it answers again, on the same connection",
+        .timeLimit(.minutes(1))
+    )
+    func unansweredThenBack() async throws {
+        let server = try await DedicatedRedis()
+        let admin = RedisClient(configuration: try RedisConfiguration(url: server.url), connections: 1)
+        let heard = Heard()
+        let subscriber = RedisSubscriber(configuration: try RedisConfiguration(url: server.url), channel: "changes") { heard.append($0) }
+        try await TestEnvironment.using(admin, server) {
+            subscriber.start()
+            _ = try await Poll.until(timeout: .seconds(10), "subscribed") { heard.all == [.subscribed] ? true : nil }
+            let before = try await admin.send("CLIENT", "LIST", "TYPE", "pubsub")
+            // Frozen (SIGSTOP): the connection stays open and nothing answers, as on a link that stopped
+            // passing packets. Anything published meanwhile would be delayed unseen.
+            server.pause()
+            _ = try await Poll.until(timeout: .seconds(30), "reported lost") { heard.all.contains(.lost) ? true : nil }
+            server.resume()
+            _ = try await Poll.until(timeout: .seconds(30), "subscribed again") { heard.all.last == .subscribed && heard.all.count > 2 ? true : nil }
+            #expect(heard.all == [.subscribed, .lost, .subscribed])
+            let after = try await admin.send("CLIENT", "LIST", "TYPE", "pubsub")
+            #expect(after.string?.split(separator: " ").first == before.string?.split(separator: " ").first, "the same connection (client id)")
+            await subscriber.shutdown()
+        }
+    }
 }

@@ -66,12 +66,13 @@ struct AccessController {
             return object
         }
 
-        /// The answer as of now: an access that has expired since it was read is no longer granted.
-        init(offerId: String, answer: AccessCache.Answer) {
-            let granted = answer.granted && (answer.expiresAt.map { $0 > Int(Date().timeIntervalSince1970) } ?? true)
+        /// The answer as of `now`: an access that has expired since it was read is no longer granted.
+        /// `expiresAt` is shown in whole seconds, as every time in an answer is.
+        init(offerId: String, answer: AccessCache.Answer, now: Date = Date()) {
+            let granted = answer.granted && (answer.expiresAt.map { $0 > now } ?? true)
             self.offerId = offerId
             self.accessGranted = granted
-            self.expiresAt = granted ? answer.expiresAt : nil
+            self.expiresAt = granted ? answer.expiresAt.map { Int($0.timeIntervalSince1970.rounded(.down)) } : nil
             self.grantType = granted ? "direct-purchase" : nil
             self.pending = answer.pending
         }
@@ -108,9 +109,7 @@ struct AccessController {
         // Read together, a poll could see neither and answer a final-looking "no access, not pending".
         let pending = try await self.services.queue.hasPendingJob(pendingKey: key)
         let access = try await self.services.access.access(publisherId: publisherId, customerEmail: customerEmail, offerId: offerId)
-        let answer = AccessCache.Answer(
-            granted: access.granted, expiresAt: access.expiresAt.map { Int($0.timeIntervalSince1970) }, pending: pending
-        )
+        let answer = AccessCache.Answer(granted: access.granted, expiresAt: access.expiresAt, pending: pending)
         if case .miss(let ticket)? = cached { self.services.accessCache.store(answer, for: key, ticket: ticket) }
         return AccessView(offerId: offerId, answer: answer)
     }

@@ -2,11 +2,15 @@ import Foundation
 
 /// Syntax rules for submitted fields; each returns the normalised value or throws an error naming the field.
 enum FieldRules {
-    /// An email address: lower-cased (emails compare case-insensitively), at most 254 characters.
+    /// An email address: lower-cased (emails compare case-insensitively), at most 254 characters. ASCII
+    /// only, checked before lower-casing: Unicode's lower-casing maps some other characters to ASCII
+    /// letters (KELVIN SIGN to `k`), which would name another customer.
     static func email(_ text: String, field: String = "customerEmail") throws -> String {
-        let email = Self.trimmingSpaces(text).lowercased()
-        let parts = email.utf8.split(separator: UInt8(ascii: "@"), omittingEmptySubsequences: false)
+        let trimmed = Self.trimmingSpaces(text)
         let invalid = APIError.invalid(field, code: "invalid_email", "\(field) must be an email address of at most 254 characters")
+        guard trimmed.utf8.allSatisfy({ $0 < 0x80 }) else { throw invalid }
+        let email = trimmed.lowercased()
+        let parts = email.utf8.split(separator: UInt8(ascii: "@"), omittingEmptySubsequences: false)
         guard email.utf8.count <= 254, parts.count == 2 else { throw invalid }
         let local = parts[0]
         let domain = parts[1]
@@ -22,11 +26,10 @@ enum FieldRules {
         return email
     }
 
-    /// `text` without leading and trailing whitespace (`CharacterSet.whitespaces`); ASCII text (every
-    /// valid email, every credential) is trimmed without Foundation.
+    /// `text` without leading and trailing spaces and tabs (no other character: a valid email or
+    /// credential is ASCII).
     static func trimmingSpaces(_ text: String) -> String {
         let utf8 = text.utf8
-        guard utf8.allSatisfy({ $0 < 0x80 }) else { return text.trimmingCharacters(in: .whitespaces) }
         let isSpace: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
         guard let first = utf8.firstIndex(where: { !isSpace($0) }), let last = utf8.lastIndex(where: { !isSpace($0) }) else { return "" }
         if first == utf8.startIndex, last == utf8.index(before: utf8.endIndex) { return text }

@@ -7,8 +7,10 @@ import Synchronization
 ///
 /// Pub/sub delivers a message only to subscribers connected when it is published. So the handler hears
 /// `.subscribed` each time the subscription is (re)established and `.lost` each time it breaks: whatever
-/// it derived from messages must be treated as incomplete across a `.lost`. A silent connection is
-/// pinged every 5 s, and one that does not answer within 5 s more counts as lost.
+/// it derived from messages must be treated as incomplete across a `.lost`. A connection silent for a
+/// second is pinged; one that does not answer within a second more counts as lost (a link that stopped
+/// passing packets without closing delays messages unseen) until it answers, and is dropped for a new one
+/// after 5 s.
 public final class RedisSubscriber: Sendable {
     /// What the handler hears.
     public enum Event: Sendable, Equatable {
@@ -30,7 +32,11 @@ public final class RedisSubscriber: Sendable {
     /// A pipe: ``shutdown()`` writes to `wake.write`; the thread polls `wake.read` beside the socket.
     private let wake: (read: Int32, write: Int32)
     private let stopped = Atomic<Bool>(false)
-    private let silenceMilliseconds: UInt64 = 5_000
+    /// How long a connection may be silent before it is pinged, and the ping unanswered before the
+    /// subscription counts as lost.
+    private let silenceMilliseconds: UInt64 = 1_000
+    /// How long a ping may go unanswered before the connection is dropped for a new one.
+    private let unansweredMilliseconds: UInt64 = 5_000
 
     /// Creates a subscriber; nothing happens until ``start()``.
     public init(configuration: RedisConfiguration, channel: String, handler: @escaping @Sendable (Event) -> Void) {
@@ -102,12 +108,14 @@ public final class RedisSubscriber: Sendable {
             }
         }
         self.handler(.subscribed)
-        defer { if !self.isStopped { self.handler(.lost) } }
-
         var lastHeard = Self.now()
         var pingSent: UInt64?
+        // Reported lost while the connection is kept: a ping went unanswered.
+        var unanswered = false
+        defer { if !self.isStopped, !unanswered { self.handler(.lost) } }
+
         while !self.isStopped {
-            switch connection.awaitPush(timeoutMilliseconds: 1_000) {
+            switch connection.awaitPush(timeoutMilliseconds: 250) {
             case .failure:
                 return .success(())
             case .success(.woken):
@@ -115,13 +123,22 @@ public final class RedisSubscriber: Sendable {
             case .success(.reply(let value)):
                 lastHeard = Self.now()
                 pingSent = nil
+                if unanswered {
+                    // It answers again, in order: nothing published meanwhile was lost, only delayed.
+                    unanswered = false
+                    self.handler(.subscribed)
+                }
                 if let parts = value.array, parts.count == 3, parts[0].string == "message", let payload = parts[2].string {
                     self.handler(.message(payload))
                 }
             case .success(.idle):
                 let now = Self.now()
                 if let sent = pingSent {
-                    if now - sent > self.silenceMilliseconds { return .success(()) }
+                    if now - sent > self.unansweredMilliseconds { return .success(()) }
+                    if now - sent > self.silenceMilliseconds, !unanswered {
+                        unanswered = true
+                        self.handler(.lost)
+                    }
                 } else if now - lastHeard > self.silenceMilliseconds {
                     guard connection.write(["PING"]) == nil else { return .success(()) }
                     pingSent = now

@@ -12,7 +12,9 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
         let expires: UInt64
     }
 
-    private let entries = Mutex<[Key: Entry]>([:])
+    /// The entries, and how many times entries were forgotten: a load that began before a `remove` may
+    /// have read what the remove was for, so its value is not kept.
+    private let state = Mutex<(entries: [Key: Entry], removals: UInt64)>(([:], 0))
     private let lifetimeNanoseconds: UInt64
     private let staleNanoseconds: UInt64
     private let capacity: Int
@@ -25,15 +27,15 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
         self.capacity = capacity
     }
 
-    /// The cached value, or the one `load` produces (cached unless it is `nil`); when `load` throws, an
-    /// entry within its stale time.
+    /// The cached value, or the one `load` produces (cached unless it is `nil`, or a key was removed while
+    /// it loaded); when `load` throws, an entry within its stale time.
     public func value(for key: Key, load: () async throws -> Value?) async rethrows -> Value? {
         try await self.value(for: key, now: DispatchTime.now().uptimeNanoseconds, load: load)
     }
 
     /// ``value(for:load:)`` at `now` (uptime nanoseconds), for tests.
     func value(for key: Key, now: UInt64, load: () async throws -> Value?) async rethrows -> Value? {
-        let cached = self.entries.withLock { $0[key] }
+        let (cached, removals) = self.state.withLock { ($0.entries[key], $0.removals) }
         if let cached, cached.expires > now { return cached.value }
         let loaded: Value?
         do {
@@ -43,23 +45,30 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
             throw error
         }
         guard let value = loaded else { return nil }
-        self.entries.withLock { entries in
-            if entries.count >= self.capacity {
+        self.state.withLock { state in
+            guard state.removals == removals else { return }
+            if state.entries.count >= self.capacity {
                 // Dropping everything is crude but bounded and rare: the cache refills in one lifetime.
-                entries.removeAll(keepingCapacity: true)
+                state.entries.removeAll(keepingCapacity: true)
             }
-            entries[key] = Entry(value: value, expires: now + self.lifetimeNanoseconds)
+            state.entries[key] = Entry(value: value, expires: now + self.lifetimeNanoseconds)
         }
         return value
     }
 
     /// Forgets every key.
     public func removeAll() {
-        self.entries.withLock { $0.removeAll() }
+        self.state.withLock {
+            $0.entries.removeAll()
+            $0.removals &+= 1
+        }
     }
 
     /// Forgets one key.
     public func remove(_ key: Key) {
-        _ = self.entries.withLock { $0.removeValue(forKey: key) }
+        self.state.withLock {
+            $0.entries.removeValue(forKey: key)
+            $0.removals &+= 1
+        }
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Shared
 import Testing
 
@@ -128,14 +129,23 @@ struct AccessCacheTests {
 
     @Test("an access that expired since it was cached is answered as no access")
     func expiryIsCheckedOnEveryAnswer() {
-        let past = AccessCache.Answer(granted: true, expiresAt: 1_000, pending: false)
+        let past = AccessCache.Answer(granted: true, expiresAt: Date(timeIntervalSince1970: 1_000), pending: false)
         let view = AccessController.AccessView(offerId: "O", answer: past)
         #expect(!view.accessGranted)
         #expect(view.expiresAt == nil)
         #expect(view.grantType == nil)
-        let future = AccessCache.Answer(granted: true, expiresAt: 4_000_000_000, pending: true)
+        let future = AccessCache.Answer(granted: true, expiresAt: Date(timeIntervalSince1970: 4_000_000_000.5), pending: true)
         let live = AccessController.AccessView(offerId: "O", answer: future)
         #expect(live.accessGranted && live.expiresAt == 4_000_000_000 && live.grantType == "direct-purchase" && live.pending)
         #expect(live.json.json == #"{"accessGranted":true,"expiresAt":4000000000,"grantType":"direct-purchase","offerId":"O","pending":true}"#)
+    }
+
+    @Test("an access ending within the current second is granted until the instant it ends")
+    func expiryWithinTheSecond() {
+        let answer = AccessCache.Answer(granted: true, expiresAt: Date(timeIntervalSince1970: 1_000.8), pending: false)
+        let before = AccessController.AccessView(offerId: "O", answer: answer, now: Date(timeIntervalSince1970: 1_000.3))
+        #expect(before.accessGranted && before.expiresAt == 1_000)
+        let after = AccessController.AccessView(offerId: "O", answer: answer, now: Date(timeIntervalSince1970: 1_000.8))
+        #expect(!after.accessGranted && after.expiresAt == nil)
     }
 }

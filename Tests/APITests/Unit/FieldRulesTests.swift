@@ -49,6 +49,10 @@ struct FieldRulesTests {
         "view er@example.com", "viewer@exa mple.com", ".viewer@example.com", "viewer.@example.com", "vi..ewer@example.com",
         "viewer@-example.com", "viewer@example-.com", "viewer@example..com", "viewer@.example.com", "viewer@example.com.",
         "vïewer@example.com", "viewer@exämple.com", "viewer@example.com\u{0}", "<viewer@example.com>",
+        // Characters Unicode lower-cases to ASCII letters (KELVIN SIGN, LATIN CAPITAL I WITH DOT ABOVE), and
+        // spaces other than space and tab.
+        "\u{212A}ate@example.com", "viewer@\u{212A}ample.com", "\u{0130}nfo@example.com", "\u{00A0}viewer@example.com",
+        "viewer@example.com\u{3000}",
         String(repeating: "a", count: 65) + "@example.com", "viewer@" + String(repeating: "b", count: 64) + ".com",
     ])
     func invalidEmail(input: String) {
