@@ -86,6 +86,37 @@ struct FulfilmentTests {
         }
     }
 
+    @Test("an offer sold in two apps, one app's product disabled: a job accepted since is rejected offer_mismatch, one accepted before is granted")
+    func productDisabledInOneApp() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            try await harness.app("com.example.tvos")
+            let tv = try await harness.product("com.example.tvos", productId: "tv.premium", offerId: "PREMIUM", kind: .nonConsumable)
+            func receipt(_ transaction: String) -> String {
+                ScenarioReceipt.make(bundleId: "com.example.tvos", purchases: [.init(productId: "tv.premium", transactionId: transaction)])
+            }
+            let early = ScenarioReceipt.transactionId()
+            let before = try await harness.submit(email: "early@example.com", offerId: "PREMIUM", transactionId: early, receipt: receipt(early))
+
+            let disabled = try await harness.catalog.updateProduct(id: tv.id, ProductPatch(enabled: false))
+            // Accepted strictly after the change, at the milliseconds jobs are stamped with.
+            _ = try await Poll.until(timeout: .seconds(5), interval: .milliseconds(1), "the clock past the change") {
+                Double(WallClock.nowMilliseconds()) / 1000 > disabled.updatedAt.timeIntervalSince1970 + 0.001 ? true : nil
+            }
+            let late = ScenarioReceipt.transactionId()
+            let after = try await harness.submit(email: "late@example.com", offerId: "PREMIUM", transactionId: late, receipt: receipt(late))
+
+            #expect(try await harness.workUntilFinal(before).status == .granted, "paid while the product was on sale")
+            let refused = try await harness.workUntilFinal(after)
+            #expect(refused.status == .rejected)
+            #expect(refused.reason == "offer_mismatch")
+            #expect(try await harness.database.query(
+                "SELECT count(*) AS n FROM entitlements WHERE customer_email = 'late@example.com'"
+            ).first?.decode(Int.self, "n") == 0)
+        }
+    }
+
     enum Mismatch: String, CaseIterable, Sendable {
         case bundle, transaction, offer
     }
