@@ -203,7 +203,7 @@ struct JobProcessor: Sendable {
     }
 
     /// Cut off by a shutdown: the failure may be the cut itself, not Apple or the database, so it is not
-    /// recorded as one. The job is parked due at once: any worker's promoter puts it back on the stream
+    /// recorded as one, and the attempt does not count. The job is parked due at once: any worker's promoter puts it back on the stream
     /// within a second, where left pending it would wait for a peer's claim (the claim idle time, a minute).
     /// Redis unreachable, the entry stays pending and a peer claims it.
     private func park(cutOff outcome: FulfilmentOutcome, delivery: QueueDelivery, job: ReceiptJob, logger: Logger) async {
@@ -214,7 +214,7 @@ struct JobProcessor: Sendable {
         }
         let now = WallClock.nowMilliseconds()
         do {
-            _ = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: now, reason: reason, now: now)
+            _ = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: now, reason: reason, now: now, counts: false)
             logger.info("cut off by shutdown; parked for another worker at once")
         } catch {
             logger.info("cut off by shutdown; the entry stays pending for another worker", metadata: ["error": "\(error)"])

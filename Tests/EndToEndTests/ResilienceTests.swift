@@ -94,6 +94,9 @@ struct ResilienceTests {
             try await system.startWorker(name: "e2e-cut-2")
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(45))
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 5)
+            for job in jobs {
+                #expect(try await system.job(publisher, job)["attempts"] as? Int == 1, "the cut attempt of \(job) counted")
+            }
         }
     }
 

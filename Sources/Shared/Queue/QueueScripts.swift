@@ -162,26 +162,29 @@ enum QueueScripts {
     /// (a late copy of it) is only acknowledged. With a counter and a limit, the attempts that ended this
     /// way are counted in the job's hash, and the one that reaches the limit parks nothing and returns 0:
     /// the caller ends the job. From the second such attempt on, the job is due no sooner than the
-    /// repeat due time.
+    /// repeat due time. An attempt that did not count (cut off by a shutdown) is taken back from `attempts`.
     ///
-    /// KEYS: job, stream, retry, inflight. ARGV: entry id, group, jobId, due (ms), reason, now, and
-    /// optionally counter field, limit and repeat due (ms). Returns the due time (parked, or only
-    /// acknowledged: the one given) | -1 (limit reached).
+    /// KEYS: job, stream, retry, inflight. ARGV: entry id, group, jobId, due (ms), reason, now, whether the
+    /// attempt counts ('1' or '0'), and optionally counter field, limit and repeat due (ms). Returns the due
+    /// time (parked, or only acknowledged: the one given) | -1 (limit reached).
     static let retry = RedisScript(name: "retry", source: """
         local due = ARGV[4]
         local current = redis.call('HGET', KEYS[1], 'status')
         local parking = current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed'
         local count = nil
-        if parking and ARGV[7] then
-          count = (tonumber(redis.call('HGET', KEYS[1], ARGV[7])) or 0) + 1
-          if count >= tonumber(ARGV[8]) then return -1 end
-          if count >= 2 and tonumber(ARGV[9]) > tonumber(due) then due = ARGV[9] end
+        if parking and ARGV[8] then
+          count = (tonumber(redis.call('HGET', KEYS[1], ARGV[8])) or 0) + 1
+          if count >= tonumber(ARGV[9]) then return -1 end
+          if count >= 2 and tonumber(ARGV[10]) > tonumber(due) then due = ARGV[10] end
         end
         redis.call('ZREM', KEYS[4], ARGV[3])
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         if parking then
-          if count then redis.call('HSET', KEYS[1], ARGV[7], count) end
+          if count then redis.call('HSET', KEYS[1], ARGV[8], count) end
+          if ARGV[7] == '0' and (tonumber(redis.call('HGET', KEYS[1], 'attempts')) or 0) > 0 then
+            redis.call('HINCRBY', KEYS[1], 'attempts', -1)
+          end
           redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', due, 'updatedAt', ARGV[6])
           redis.call('ZADD', KEYS[3], due, ARGV[3])
         end

@@ -253,13 +253,15 @@ public struct ReceiptQueue: Sendable {
     /// Parks the job until `dueAt` (Unix ms) and acknowledges the entry, atomically; returns when the job
     /// is due. With a `limit`, the attempts that ended as `limit.key` says are counted: from the second
     /// on, the job is due no sooner than `limit.repeatDueAt`, and the one that reaches `limit.attempts`
-    /// parks nothing: `nil`, and the caller ends the job.
+    /// parks nothing: `nil`, and the caller ends the job. Unless the attempt `counts`, it is taken back from
+    /// the job's `attempts` (a shutdown cut it off: it is neither a try the retry policy allows nor a start
+    /// that never finished).
     @discardableResult
     public func retry(
         _ delivery: QueueDelivery, jobId: String, dueAt: Int, reason: JobReason, now: Int,
-        limit: (key: String, attempts: Int, repeatDueAt: Int)? = nil
+        limit: (key: String, attempts: Int, repeatDueAt: Int)? = nil, counts: Bool = true
     ) async throws -> Int? {
-        var arguments = [delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now)]
+        var arguments = [delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now), counts ? "1" : "0"]
         if let limit { arguments += ["tries:\(limit.key)", String(limit.attempts), String(limit.repeatDueAt)] }
         let reply = try await self.redis.run(
             QueueScripts.retry, keys: [self.keys.job(jobId), self.keys.stream, self.keys.retry, self.keys.inflight], arguments: arguments
