@@ -79,7 +79,10 @@ struct JobProcessor: Sendable {
             WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
             let outcome: FulfilmentOutcome
-            if attempt > 1, let committed = await self.fulfiller.committed(job, logger: logger) {
+            // A requeued job counts its attempts afresh, and its acceptedAt restarts (the payload keeps the
+            // submission's): an attempt before the requeue may have committed its grant too.
+            let requeued = acceptedAt != job.acceptedAtMilliseconds
+            if attempt > 1 || requeued, let committed = await self.fulfiller.committed(job, logger: logger) {
                 // An earlier attempt's grant is in PostgreSQL, and only its outcome was never recorded; or
                 // PostgreSQL cannot tell now (a retry).
                 if case .granted = committed { logger.info("granted by an earlier attempt; recording it") }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Shared
 import Testing
 import TestSupport
@@ -114,6 +115,41 @@ struct FulfilmentTests {
             #expect(try await harness.database.query(
                 "SELECT count(*) AS n FROM entitlements WHERE customer_email = 'late@example.com'"
             ).first?.decode(Int.self, "n") == 0)
+        }
+    }
+
+    @Test("a job that failed though its grant committed, requeued: its first attempt finds the grant, whatever Apple answers now")
+    func requeuedAfterCommittedGrant() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle, sharedSecret: "first-secret")
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: ["sharedSecret": "first-secret"]
+            )
+            let jobId = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            // The last attempt committed the grant, and its COMMIT's answer was lost: the job was dead-lettered.
+            let delivery = try #require(try await harness.queue.readNew(consumer: "test", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
+            guard case .ready(let job, _, _) = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 10) else {
+                Issue.record("the job did not start")
+                return
+            }
+            guard case .granted = await harness.emulatorFulfiller().fulfil(job, logger: Logger(label: "test.worker")) else {
+                Issue.record("not granted")
+                return
+            }
+            try await harness.queue.deadLetter(delivery, job: job, reason: .internal, detail: "commit unknown", now: WallClock.nowMilliseconds(), retentionSeconds: 3600)
+            // Since then the app's shared secret no longer matches: Apple answers 21004, a final failure.
+            try await harness.database.query("UPDATE apps SET shared_secret = 'second-secret' WHERE bundle_id = $1", [Self.bundle])
+
+            let requeued = try await harness.queue.requeue(
+                jobId: jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId,
+                now: WallClock.nowMilliseconds() + 1, keyTTLSeconds: 3600
+            )
+            #expect(requeued == .requeued)
+            let record = try await harness.workUntilFinal(jobId)
+            #expect(record.status == .granted, "\(record.reason ?? "")")
+            #expect(record.attempts == 1)
         }
     }
 
