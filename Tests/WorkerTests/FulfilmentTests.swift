@@ -118,15 +118,26 @@ struct FulfilmentTests {
         }
     }
 
+    /// The app `bundle` with `sharedSecret`, selling the non-consumable `premium` (offer PREMIUM).
+    static func premium(_ harness: WorkerHarness, sharedSecret: String) async throws {
+        try await harness.app(Self.bundle, sharedSecret: sharedSecret)
+        try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+    }
+
+    /// A new purchase of `premium` whose verification Apple answers only with `sharedSecret` (else 21004).
+    static func premiumReceipt(sharedSecret: String) -> (transactionId: String, receipt: String) {
+        let transaction = ScenarioReceipt.transactionId()
+        let receipt = ScenarioReceipt.make(
+            bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: ["sharedSecret": sharedSecret]
+        )
+        return (transaction, receipt)
+    }
+
     @Test("a job that failed though its grant committed, requeued: its first attempt finds the grant, whatever Apple answers now")
     func requeuedAfterCommittedGrant() async throws {
         try await WorkerHarness.with { harness in
-            try await harness.app(Self.bundle, sharedSecret: "first-secret")
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let transaction = ScenarioReceipt.transactionId()
-            let receipt = ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)], extra: ["sharedSecret": "first-secret"]
-            )
+            try await Self.premium(harness, sharedSecret: "first-secret")
+            let (transaction, receipt) = Self.premiumReceipt(sharedSecret: "first-secret")
             let jobId = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
             // The last attempt committed the grant, and its COMMIT's answer was lost: the job was dead-lettered.
             let delivery = try #require(try await harness.queue.readNew(consumer: "test", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
@@ -203,18 +214,11 @@ struct FulfilmentTests {
     @Test("a wrong shared secret (21004) fails at once and is dead-lettered; the right one is sent as password")
     func sharedSecret() async throws {
         try await WorkerHarness.with { harness in
-            try await harness.app(Self.bundle, sharedSecret: "right-secret")
-            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
-            let good = ScenarioReceipt.transactionId()
-            let goodReceipt = ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: good)], extra: ["sharedSecret": "right-secret"]
-            )
+            try await Self.premium(harness, sharedSecret: "right-secret")
+            let (good, goodReceipt) = Self.premiumReceipt(sharedSecret: "right-secret")
             #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: good, receipt: goodReceipt)).status == .granted)
 
-            let bad = ScenarioReceipt.transactionId()
-            let badReceipt = ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: bad)], extra: ["sharedSecret": "another-secret"]
-            )
+            let (bad, badReceipt) = Self.premiumReceipt(sharedSecret: "another-secret")
             let job = try await harness.submit(email: "second@example.com", offerId: "PREMIUM", transactionId: bad, receipt: badReceipt)
             let record = try await harness.workUntilFinal(job)
             #expect(record.status == .failed)
