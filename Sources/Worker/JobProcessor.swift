@@ -166,14 +166,16 @@ struct JobProcessor: Sendable {
             let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt)
             let repeatDue = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt, atLeast: self.retry.limitedAnswerDelay)
             let allowed = self.retry.allowsAnotherAttempt(after: attempt, ageMilliseconds: now - acceptedAt)
-            if allowed,
-                let parked = try await self.queue.retry(
-                    delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0, repeatDue) }
-                )
-            {
+            let parking = allowed
+                ? try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: reason, now: now, limit: limit.map { (detail, $0, repeatDue) })
+                : .limitReached
+            switch parking {
+            case .parked(let parked):
                 WorkerMetrics.job(status: .retrying, reason: reason)
                 logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(parked - now)"])
-            } else {
+            case .notHeld:
+                Self.notHeld(logger: logger)
+            case .limitReached:
                 // Only the answer's own limit makes its end final (21002 three times: rejected). Out of the
                 // policy's attempts or age first, the answer was never believed: failed, to be requeued.
                 switch allowed ? exhausted : .failed(reason) {
@@ -194,14 +196,22 @@ struct JobProcessor: Sendable {
         }
     }
 
+    /// A peer took the entry over while this worker stalled past the claim idle time (or it was already
+    /// acknowledged): its copy of the job records the outcome, and this one leaves it alone.
+    private static func notHeld(logger: Logger) {
+        logger.warning("not retrying: another worker took this job over while this one stalled")
+    }
+
     /// Parks a job whose 21002 came for the last time allowed during what looks like an incident at Apple.
     private func retryDuringIncident(
         _ delivery: QueueDelivery, job: ReceiptJob, dueAt: Int, reason: JobReason, detail: String, now: Int, logger: Logger
     ) async throws {
-        let parked = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: dueAt, reason: reason, now: now)
+        guard case .parked(let parked) = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: dueAt, reason: reason, now: now) else {
+            return Self.notHeld(logger: logger)
+        }
         WorkerMetrics.job(status: .retrying, reason: reason)
         logger.warning("retrying: other receipts got this answer too and Apple verified none lately, so it is taken for an incident", metadata: [
-            "reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(max(0, (parked ?? now) - now))",
+            "reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(max(0, parked - now))",
         ])
     }
 
@@ -217,7 +227,9 @@ struct JobProcessor: Sendable {
         }
         let now = WallClock.nowMilliseconds()
         do {
-            _ = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: now, reason: reason, now: now, counts: false)
+            guard case .parked = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: now, reason: reason, now: now, counts: false) else {
+                return Self.notHeld(logger: logger)
+            }
             logger.info("cut off by shutdown; parked for another worker at once")
         } catch {
             logger.info("cut off by shutdown; the entry stays pending for another worker", metadata: ["error": "\(error)"])

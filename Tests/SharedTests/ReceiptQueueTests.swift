@@ -280,7 +280,7 @@ struct ReceiptQueueTests {
             // A second delivery of the same entry counts a second attempt.
             #expect(try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds(), maxStarts: 100)
                 == .ready(job, attempt: 2, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
-            #expect(try await harness.queue.start(QueueDelivery(entryId: "0-1", jobId: "missing"), now: 0, maxStarts: 100) == .missing)
+            #expect(try await harness.queue.start(QueueDelivery(entryId: "0-1", jobId: "missing", consumer: "worker-a"), now: 0, maxStarts: 100) == .missing)
         }
     }
 
@@ -577,7 +577,7 @@ struct ReceiptQueueTests {
                 )
                 #expect(try await harness.field(jobs[0].jobId, "payload") == nil, "a final job forgets its receipt")
                 let limit = (key: "apple status 21002", attempts: 3, repeatDueAt: now)
-                #expect(try await harness.queue.retry(deliveries[1], jobId: jobs[1].jobId, dueAt: now - 1, reason: .appleUnavailable, now: now, limit: limit) == now - 1)
+                #expect(try await harness.queue.retry(deliveries[1], jobId: jobs[1].jobId, dueAt: now - 1, reason: .appleUnavailable, now: now, limit: limit) == .parked(dueAt: now - 1))
                 #expect(try await harness.field(jobs[1].jobId, "tries:apple status 21002") == "1")
                 try await harness.queue.deadLetter(deliveries[2], job: jobs[2], reason: .appleUnavailable, detail: "x", now: now, retentionSeconds: Self.retention)
                 #expect(try await harness.queue.promoteDue(now: now) == 1)
@@ -598,7 +598,7 @@ struct ReceiptQueueTests {
             let job = Fixtures.job()
             let delivery = try await harness.enqueueAndStart(job)
             // An answer with its own limit was counted before the job failed.
-            #expect(try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: 0, reason: .appleUnavailable, now: 0, limit: ("apple status 21999", 2, 0)) == 0)
+            #expect(try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: 0, reason: .appleUnavailable, now: 0, limit: ("apple status 21999", 2, 0)) == .parked(dueAt: 0))
             try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
             #expect(try await harness.field(job.jobId, "tries:apple status 21999") == "1")
             let before = try #require(try await harness.redis.send("TTL", harness.keys.job(job.jobId)).int)
@@ -690,8 +690,9 @@ struct ReceiptQueueTests {
                 let result = try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 100, cursor: "0-0", count: 10)
                 return result.deliveries.isEmpty ? nil : result.deliveries
             }
-            #expect(claimed == held)
-            #expect(try await harness.queue.readOwnPending(consumer: "worker-b", count: 10) == held)
+            #expect(claimed.map(\.entryId) == held.map(\.entryId))
+            #expect(claimed.map(\.consumer) == ["worker-b"])
+            #expect(try await harness.queue.readOwnPending(consumer: "worker-b", count: 10) == claimed)
             #expect(try await harness.queue.readOwnPending(consumer: "worker-a", count: 10).isEmpty)
             let owners = try await harness.redis.send("XPENDING", harness.keys.stream, harness.keys.group, "-", "+", "10").array ?? []
             #expect(owners.count == 1)
@@ -724,6 +725,36 @@ struct ReceiptQueueTests {
             #expect(other.deliveries == 2)
             #expect(try await harness.pendingCount() == 2, "the acknowledged entry stays acknowledged")
             #expect(try await harness.queue.keepHeld(consumer: "worker-a", entryIds: []) == 0)
+        }
+    }
+
+    @Test("only the worker holding an entry parks its job: a stalled worker's late retry changes nothing")
+    func retryNeedsTheEntry() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(transactionId: Fixtures.transactionId())
+            let stalled = try await harness.enqueueAndStart(job)
+            // worker-a stalled past the claim idle time; worker-b took the entry over and started the job.
+            let taken = try #require(try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 0, cursor: "0-0", count: 10).deliveries.first)
+            #expect(taken.entryId == stalled.entryId)
+            guard case .ready = try await harness.queue.start(taken, now: WallClock.nowMilliseconds(), maxStarts: 100) else {
+                Issue.record("worker-b did not find the job ready")
+                return
+            }
+            let now = WallClock.nowMilliseconds()
+            #expect(try await harness.queue.retry(stalled, jobId: job.jobId, dueAt: now, reason: .appleUnavailable, now: now) == .notHeld)
+            #expect(try await harness.queue.record(jobId: job.jobId)?.status == .processing, "worker-b's run still shows")
+            #expect(try await harness.redis.send("ZCARD", harness.keys.retry).int == 0, "no third copy is on its way")
+            #expect(try await Self.pendingEntry(harness, taken.entryId).owner == "worker-b")
+            #expect(try await harness.queue.retry(stalled, jobId: job.jobId, dueAt: now, reason: .appleUnavailable, now: now, counts: false) == .notHeld)
+            #expect(try await harness.field(job.jobId, "attempts") == "2", "a cut-off park of the stale copy gives nothing back either")
+
+            // The holder parks it; after that the entry is nobody's, and the stalled copy still changes nothing.
+            #expect(try await harness.queue.retry(taken, jobId: job.jobId, dueAt: now + 60_000, reason: .appleUnavailable, now: now) == .parked(dueAt: now + 60_000))
+            #expect(try await harness.queue.retry(stalled, jobId: job.jobId, dueAt: now, reason: .internal, now: now) == .notHeld)
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .retrying)
+            #expect(record.reason == "apple_unavailable")
+            #expect(try await harness.redis.send("ZSCORE", harness.keys.retry, job.jobId).string == String(now + 60_000))
         }
     }
 

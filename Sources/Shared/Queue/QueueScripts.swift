@@ -164,24 +164,29 @@ enum QueueScripts {
     /// the caller ends the job. From the second such attempt on, the job is due no sooner than the
     /// repeat due time. An attempt that did not count (cut off by a shutdown) is taken back from `attempts`.
     ///
+    /// Only the consumer that holds the entry parks it: a worker that stalled past the claim idle time, whose
+    /// entry a peer claimed meanwhile (or already finished or parked), changes nothing and gets -2. Else its
+    /// late retry would read `retrying` over the peer's run and put a third copy of the job on the stream.
+    ///
     /// KEYS: job, stream, retry, inflight. ARGV: entry id, group, jobId, due (ms), reason, now, whether the
-    /// attempt counts ('1' or '0'), and optionally counter field, limit and repeat due (ms). Returns the due
-    /// time (parked, or only acknowledged: the one given) | -1 (limit reached).
+    /// attempt counts ('1' or '0'), consumer, and optionally counter field, limit and repeat due (ms). Returns
+    /// the due time (parked, or only acknowledged: the one given) | -1 (limit reached) | -2 (not held).
     static let retry = RedisScript(name: "retry", source: """
+        if #redis.call('XPENDING', KEYS[2], ARGV[2], ARGV[1], ARGV[1], 1, ARGV[8]) == 0 then return -2 end
         local due = ARGV[4]
         local current = redis.call('HGET', KEYS[1], 'status')
         local parking = current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed'
         local count = nil
-        if parking and ARGV[8] then
-          count = (tonumber(redis.call('HGET', KEYS[1], ARGV[8])) or 0) + 1
-          if count >= tonumber(ARGV[9]) then return -1 end
-          if count >= 2 and tonumber(ARGV[10]) > tonumber(due) then due = ARGV[10] end
+        if parking and ARGV[9] then
+          count = (tonumber(redis.call('HGET', KEYS[1], ARGV[9])) or 0) + 1
+          if count >= tonumber(ARGV[10]) then return -1 end
+          if count >= 2 and tonumber(ARGV[11]) > tonumber(due) then due = ARGV[11] end
         end
         redis.call('ZREM', KEYS[4], ARGV[3])
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         if parking then
-          if count then redis.call('HSET', KEYS[1], ARGV[8], count) end
+          if count then redis.call('HSET', KEYS[1], ARGV[9], count) end
           if ARGV[7] == '0' and (tonumber(redis.call('HGET', KEYS[1], 'attempts')) or 0) > 0 then
             redis.call('HINCRBY', KEYS[1], 'attempts', -1)
           end

@@ -157,7 +157,7 @@ public struct ReceiptQueue: Sendable {
             "STREAMS", self.keys.stream, ">",
         ])
         guard let streams = reply.array, let stream = streams.first?.array, stream.count == 2 else { return [] }
-        return Self.deliveries(stream[1])
+        return Self.deliveries(stream[1], consumer: consumer)
     }
 
     /// Entries this consumer already holds (after a restart under the same name), in id order after
@@ -168,7 +168,7 @@ public struct ReceiptQueue: Sendable {
             "XREADGROUP", "GROUP", self.keys.group, consumer, "COUNT", String(count), "STREAMS", self.keys.stream, after,
         ])
         guard let streams = reply.array, let stream = streams.first?.array, stream.count == 2 else { return [] }
-        return Self.deliveries(stream[1])
+        return Self.deliveries(stream[1], consumer: consumer)
     }
 
     /// Takes over entries other consumers have held longer than `minIdleMilliseconds` (a dead or stalled worker).
@@ -183,7 +183,7 @@ public struct ReceiptQueue: Sendable {
             throw RedisError(.protocolViolation, "XAUTOCLAIM returned an unexpected reply")
         }
         let deleted = parts.count > 2 ? (parts[2].array ?? []).compactMap(\.string) : []
-        return (next, Self.deliveries(parts[1]), deleted)
+        return (next, Self.deliveries(parts[1], consumer: consumer), deleted)
     }
 
     /// Marks the job `processing` and returns its payload, or says why there is nothing to do.
@@ -255,19 +255,25 @@ public struct ReceiptQueue: Sendable {
     /// on, the job is due no sooner than `limit.repeatDueAt`, and the one that reaches `limit.attempts`
     /// parks nothing: `nil`, and the caller ends the job. Unless the attempt `counts`, it is taken back from
     /// the job's `attempts` (a shutdown cut it off: it is neither a try the retry policy allows nor a start
-    /// that never finished).
+    /// that never finished). Only the consumer that holds the entry parks it (``ParkOutcome/notHeld``).
     @discardableResult
     public func retry(
         _ delivery: QueueDelivery, jobId: String, dueAt: Int, reason: JobReason, now: Int,
         limit: (key: String, attempts: Int, repeatDueAt: Int)? = nil, counts: Bool = true
-    ) async throws -> Int? {
-        var arguments = [delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now), counts ? "1" : "0"]
+    ) async throws -> ParkOutcome {
+        var arguments = [
+            delivery.entryId, self.keys.group, jobId, String(dueAt), reason.rawValue, String(now), counts ? "1" : "0", delivery.consumer,
+        ]
         if let limit { arguments += ["tries:\(limit.key)", String(limit.attempts), String(limit.repeatDueAt)] }
         let reply = try await self.redis.run(
             QueueScripts.retry, keys: [self.keys.job(jobId), self.keys.stream, self.keys.retry, self.keys.inflight], arguments: arguments
         )
-        guard let due = reply.int, due >= 0 else { return nil }
-        return due
+        switch reply.int {
+        case let due? where due >= 0: return .parked(dueAt: due)
+        case -1: return .limitReached
+        case -2: return .notHeld
+        default: throw RedisError(.protocolViolation, "the retry script returned an unexpected reply")
+        }
     }
 
     /// Records, for every worker, that Apple's `environment` verified a receipt at `now` (Unix ms); kept
@@ -392,11 +398,11 @@ public struct ReceiptQueue: Sendable {
         job.transactionId.map { [self.keys.claim(publisherId: job.publisherId, transactionId: $0)] } ?? []
     }
 
-    private static func deliveries(_ value: RedisValue) -> [QueueDelivery] {
+    private static func deliveries(_ value: RedisValue, consumer: String) -> [QueueDelivery] {
         (value.array ?? []).compactMap { entry in
             guard let parts = entry.array, parts.count == 2, let id = parts[0].string else { return nil }
             let map = Self.fieldMap(parts[1].array ?? [])
-            return QueueDelivery(entryId: id, jobId: map["job"] ?? "")
+            return QueueDelivery(entryId: id, jobId: map["job"] ?? "", consumer: consumer)
         }
     }
 

@@ -1,0 +1,10 @@
+/// What parking a job for a later attempt did (``ReceiptQueue/retry(_:jobId:dueAt:reason:now:limit:counts:)``).
+public enum ParkOutcome: Sendable, Equatable {
+    /// Parked until `dueAt` (Unix ms), its entry acknowledged; a job already final is only acknowledged.
+    case parked(dueAt: Int)
+    /// The attempts that ended as the limit says reached it: nothing parked, and the caller ends the job.
+    case limitReached
+    /// The entry is no longer this consumer's: a peer claimed it while this worker stalled, or it was
+    /// acknowledged already. Nothing changed; the copy that holds it records the job's outcome.
+    case notHeld
+}
