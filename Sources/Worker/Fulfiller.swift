@@ -104,7 +104,11 @@ struct Fulfiller: Sendable {
                 ? .rejected(.expired, environment: environment)
                 : .retry(.appleUnavailable, detail: "status 0 without a receipt", attemptLimit: nil, exhausted: .failed(.appleUnavailable))
         }
-        guard let app = apps.first(where: { $0.bundleId == receipt.bundleId }) else {
+        // Apple holds bundle IDs case-insensitive: an app registered as `com.Example.App` is the receipt's
+        // `com.example.app` (an exact match first, should both be registered).
+        guard let app = apps.first(where: { $0.bundleId == receipt.bundleId })
+            ?? apps.first(where: { $0.bundleId.lowercased() == receipt.bundleId.lowercased() })
+        else {
             return .rejected(.bundleMismatch, environment: environment)
         }
         if environment == VerifyReceiptClient.Environment.sandbox.rawValue, !app.allowSandbox {
@@ -144,8 +148,11 @@ struct Fulfiller: Sendable {
             }
             matched = found
         } else {
+            // The newest purchase of the offer that was not refunded: a refunded one grants nothing, while an
+            // older one still paid for may never have been granted. (The newest refunded one, when all are.)
             let candidates = transactions.filter { offerProductIds.contains($0.productId) }
-            guard let newest = candidates.max(by: { ($0.purchaseDateMilliseconds ?? 0) < ($1.purchaseDateMilliseconds ?? 0) }) else {
+            let paid = candidates.filter { !$0.isCancelled }
+            guard let newest = (paid.isEmpty ? candidates : paid).max(by: { ($0.purchaseDateMilliseconds ?? 0) < ($1.purchaseDateMilliseconds ?? 0) }) else {
                 return .rejected(transactions.isEmpty ? .transactionNotFound : .offerMismatch, environment: environment)
             }
             matched = newest

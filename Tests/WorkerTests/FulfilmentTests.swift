@@ -187,6 +187,46 @@ struct FulfilmentTests {
         }
     }
 
+    @Test("bundle IDs are case-insensitive at Apple: an app registered as com.Example.Worker is the receipt's com.example.worker")
+    func bundleCase() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app("com.Example.Worker")
+            try await harness.product("com.Example.Worker", productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            #expect(record.status == .granted, "\(record.reason ?? "")")
+            #expect(try await harness.access("PREMIUM").granted)
+        }
+    }
+
+    @Test("without a transactionId, the newest purchase of the offer not refunded is granted: an older one still paid for is credited")
+    func newestPaidPurchase() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle)
+            try await harness.product(Self.bundle, productId: "coins", offerId: "COINS", kind: .consumable, coins: 50)
+            let now = Int64(WallClock.nowMilliseconds())
+            let (older, newer) = (ScenarioReceipt.transactionId(), ScenarioReceipt.transactionId())
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [
+                .init(productId: "coins", transactionId: older, purchaseDateMs: now - 2 * 86_400_000),
+                .init(productId: "coins", transactionId: newer, purchaseDateMs: now - 86_400_000, cancellationDateMs: now - 3_600_000),
+            ])
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "COINS", transactionId: nil, receipt: receipt))
+            #expect(record.status == .granted, "\(record.reason ?? "")")
+            #expect(try await harness.balance() == 50)
+            #expect(try await harness.ledgerRow(older)?.state == "fulfilled")
+
+            // Every purchase refunded: the newest one answers.
+            let refunded = ScenarioReceipt.transactionId()
+            let allRefunded = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [
+                .init(productId: "coins", transactionId: refunded, purchaseDateMs: now - 86_400_000, cancellationDateMs: now - 3_600_000),
+            ])
+            let second = try await harness.workUntilFinal(try await harness.submit(offerId: "COINS", transactionId: nil, receipt: allRefunded))
+            #expect(second.status == .rejected)
+            #expect(second.reason == "refunded")
+        }
+    }
+
     @Test("Apple failing (HTTP 503) puts the job in retrying with a due time; it is granted on a later attempt")
     func retryThenGrant() async throws {
         try await WorkerHarness.with { harness in
