@@ -8,12 +8,15 @@ import Synchronization
 /// On start it first replays the entries this consumer name still holds; then it reads new entries and,
 /// every claim interval, takes over entries that a dead or stalled worker has held too long. While a job
 /// runs longer than a fraction of the claim idle time, it tells the group the entry is still held, so a
-/// live worker's slow job is never claimed and run a second time. On graceful shutdown it stops reading
+/// live worker's slow job is never claimed and run a second time. While a job finds PostgreSQL away, it
+/// starts nothing new (``DatabaseWatch``). On graceful shutdown it stops reading
 /// and lets the jobs in flight finish (the service group's grace period bounds that; jobs cut off then are
 /// parked for other workers to take at once).
 struct Consumer: Service {
     let queue: ReceiptQueue
     let reader: RedisClient
+    /// Probed while PostgreSQL is away (``DatabaseWatch``).
+    let database: PostgresClient
     let processor: JobProcessor
     let name: String
     let concurrency: Int
@@ -42,6 +45,11 @@ struct Consumer: Service {
                 var claiming = false
                 // Cancellation (a sibling service failed, or the grace period ran out) stops reading too.
                 while !stopping.load(ordering: .relaxed), !Task.isCancelled {
+                    // PostgreSQL away: nothing new starts (and nothing is claimed) until it is back.
+                    let watch = self.processor.fulfiller.database
+                    if watch.isAway, await !watch.untilBack(self.database, logger: self.logger, stopping: { stopping.load(ordering: .relaxed) }) {
+                        break
+                    }
                     await slots.acquire()
                     // A SIGTERM that came while every slot was busy: take nothing new.
                     if stopping.load(ordering: .relaxed) {

@@ -14,6 +14,8 @@ struct Fulfiller: Sendable {
     let apple: VerifyReceiptClient
     /// Tells every worker that Apple verifies receipts (JobProcessor weighs 21002 answers by it).
     let beacon = AppleVerifiedBeacon()
+    /// Tells the consumer when PostgreSQL is away, so it starts no new job meanwhile.
+    let database = DatabaseWatch()
     let products = ExpiringCache<UUID, [Product]>(lifetime: 5)
     let apps = ExpiringCache<UUID, [App]>(lifetime: 5)
 
@@ -22,6 +24,7 @@ struct Fulfiller: Sendable {
         do {
             return try await self.run(job, logger: logger)
         } catch {
+            self.database.note(error)
             logger.warning("fulfilment interrupted", metadata: ["error": "\(Self.describe(error))"])
             return .retry(.internal, detail: Self.describe(error), attemptLimit: nil, exhausted: .failed(.internal))
         }
@@ -38,6 +41,7 @@ struct Fulfiller: Sendable {
                 environment: grant.environment, expiresAt: grant.grantedUntil.map { Int($0.timeIntervalSince1970) }, claimed: grant.claimed
             )
         } catch {
+            self.database.note(error)
             logger.warning("cannot look up an earlier attempt's grant", metadata: ["error": "\(error)"])
             return .retry(.internal, detail: "looking up an earlier attempt's grant: \(Self.describe(error))", attemptLimit: nil, exhausted: .failed(.internal))
         }

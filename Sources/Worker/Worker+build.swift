@@ -34,7 +34,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
         recordPatience: .milliseconds(configuration.claimMinIdleMilliseconds), logger: logger
     )
     let consumer = Consumer(
-        queue: queue, reader: reader, processor: processor, name: configuration.workerName,
+        queue: queue, reader: reader, database: database, processor: processor, name: configuration.workerName,
         concurrency: configuration.workerConcurrency, claimMinIdleMilliseconds: configuration.claimMinIdleMilliseconds,
         logger: logger
     )

@@ -243,4 +243,54 @@ struct OutageTests {
         }
         await system.shutdown()
     }
+
+    @Test("PostgreSQL down for longer than the retry policy's attempts last: the worker starts no new job meanwhile, so none ends failed; back up, every job is granted once")
+    func postgresOutageOutlastsAttempts() async throws {
+        let postgres = try await DedicatedPostgres()
+        // Three attempts at most 200 ms apart: an outage of a few seconds outlasts them many times over.
+        let system = try await TollgateSystem(
+            extraEnvironment: [
+                "TOLLGATE_RETRY_BASE_MS": "100", "TOLLGATE_RETRY_MAX_DELAY_MS": "200", "TOLLGATE_RETRY_MAX_ATTEMPTS": "3",
+                "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000",
+            ],
+            databaseURL: postgres.url
+        )
+        do {
+            let worker = try await system.startWorker(name: "e2e-pg-long-outage")
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            // One job granted first: the API then holds the publisher and the offer, and accepts while PostgreSQL is away.
+            let first = try #require(try await Self.submit(system, publisher, 0).json["jobId"] as? String)
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: [first], timeout: .seconds(30))
+
+            try await postgres.stop()
+            var jobs: [String] = []
+            for index in 1...10 {
+                let reply = try await Self.submit(system, publisher, index)
+                #expect(reply.status == 200, "a submission during the outage got \(reply.status)")
+                jobs.append(try #require(reply.json["jobId"] as? String))
+            }
+            let outageStarted = ContinuousClock.now
+            _ = try await Poll.until(timeout: .seconds(60), interval: .milliseconds(250), "eight seconds of outage, no job failed") { () async throws -> Bool? in
+                for job in jobs {
+                    let status = try await system.job(publisher, job)["status"] as? String
+                    #expect(status != nil && status != "rejected" && status != "failed", "job \(job) is \(status ?? "gone") while PostgreSQL is down")
+                    if status == "failed" || status == "rejected" { return true }
+                }
+                return ContinuousClock.now - outageStarted >= .seconds(8) ? true : nil
+            }
+            #expect(worker.log().contains("PostgreSQL is away"))
+
+            try await postgres.start()
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(60))
+            for job in jobs {
+                let attempts = try await system.job(publisher, job)["attempts"] as? Int
+                #expect((attempts ?? 99) <= 2, "job \(job) took \(attempts ?? -1) attempts: at most one before the pause and one after")
+            }
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count + 1)
+        } catch {
+            await system.shutdown()
+            throw error
+        }
+        await system.shutdown()
+    }
 }
