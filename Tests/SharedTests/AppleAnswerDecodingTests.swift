@@ -183,6 +183,10 @@ struct AppleAnswerDecodingTests {
             #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "quantity": 1001}]}"#,
             #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "quantity": -1}]}"#,
             #"{"status": 0, "latest_receipt_info": [7]}"#,
+            // Dates no purchase has: past year 9999 (their microseconds would overflow a grant's binding), or before 1970.
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "expires_date_ms": "9300000000000000"}]}"#,
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "purchase_date_ms": 253402300800000}]}"#,
+            #"{"status": 0, "latest_receipt_info": [{"product_id": "p", "transaction_id": "1", "cancellation_date_ms": "-1"}]}"#,
         ]
     )
     func notAnAnswer(json: String) {

@@ -35,8 +35,8 @@ public struct AppleTransaction: Sendable, Equatable {
     init(json value: JSONValue) throws(Lenient.Malformed) {
         let object = try Lenient.object(value)
         let transactionId = try Lenient.required(object, "transaction_id", Lenient.string)
-        let purchase = try Lenient.field(object, "purchase_date_ms", Lenient.int)
-        var cancellation = try Lenient.field(object, "cancellation_date_ms", Lenient.int)
+        let purchase = try Lenient.field(object, "purchase_date_ms", Lenient.milliseconds)
+        var cancellation = try Lenient.field(object, "cancellation_date_ms", Lenient.milliseconds)
         if cancellation == nil, object.present("cancellation_date") != nil {
             // A cancellation_date without the _ms twin still means refunded; its exact time is unknown,
             // so the revocation takes effect from the purchase.
@@ -45,7 +45,7 @@ public struct AppleTransaction: Sendable, Equatable {
         self.init(
             productId: try Lenient.required(object, "product_id", Lenient.string), transactionId: transactionId,
             originalTransactionId: try Lenient.field(object, "original_transaction_id", Lenient.string),
-            purchaseDateMilliseconds: purchase, expiresDateMilliseconds: try Lenient.field(object, "expires_date_ms", Lenient.int),
+            purchaseDateMilliseconds: purchase, expiresDateMilliseconds: try Lenient.field(object, "expires_date_ms", Lenient.milliseconds),
             cancellationDateMilliseconds: cancellation, quantity: try Self.quantity(object)
         )
     }

@@ -16,6 +16,16 @@ enum Lenient {
         }
     }
 
+    /// The latest instant a date field may name, in Unix ms: the last of year 9999. Apple's dates are years
+    /// from now; one past this is no date (PostgreSQL's text form and the microseconds a grant binds stop
+    /// short of it).
+    static let latestMilliseconds: Int64 = 253_402_300_799_999
+
+    /// A date as Unix ms (`…_date_ms`): a whole number from 1970 to the end of year 9999.
+    static func milliseconds(_ value: JSONValue) -> Int64? {
+        Self.int(value).flatMap { (0...Self.latestMilliseconds).contains($0) ? $0 : nil }
+    }
+
     /// A string, or a whole number Apple sent as a number (identifiers).
     static func string(_ value: JSONValue) -> String? {
         switch value {

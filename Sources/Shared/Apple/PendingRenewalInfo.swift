@@ -20,7 +20,7 @@ public struct PendingRenewalInfo: Sendable, Equatable {
         self.init(
             originalTransactionId: try Lenient.field(object, "original_transaction_id", Lenient.string),
             productId: try Lenient.field(object, "product_id", Lenient.string),
-            gracePeriodExpiresDateMilliseconds: try Lenient.field(object, "grace_period_expires_date_ms", Lenient.int)
+            gracePeriodExpiresDateMilliseconds: try Lenient.field(object, "grace_period_expires_date_ms", Lenient.milliseconds)
         )
     }
 }
