@@ -239,8 +239,9 @@ struct PostgresClientTests {
         }
     }
 
-    @Test("serialization failures and deadlocks are unavailable (retried, 503), other server errors are not", arguments: [
-        ("40001", true), ("40P01", true), ("57014", true), ("55P03", true), ("25006", true), ("23505", false), ("22003", false), ("42601", false),
+    @Test("serialization failures, deadlocks, a server short of resources or failing its disk are unavailable (retried, 503), other server errors are not", arguments: [
+        ("40001", true), ("40P01", true), ("57014", true), ("55P03", true), ("25006", true), ("53100", true), ("53200", true), ("53300", true),
+        ("58030", true), ("23505", false), ("22003", false), ("42601", false),
     ])
     func unavailableStates(sqlState: String, unavailable: Bool) {
         #expect(PostgresError(.server, sqlState: sqlState, "x").isUnavailable == unavailable)

@@ -54,12 +54,15 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     /// Whether PostgreSQL cannot serve right now and the same statement may succeed shortly: unreachable,
     /// no connection free in time, the statement cancelled by `statement_timeout` (57014) or
     /// `lock_timeout` (55P03), which is what a stalled server or a long-held lock looks like, a
-    /// serialization failure or deadlock (40001, 40P01), or a server that takes no writes (25006).
+    /// serialization failure or deadlock (40001, 40P01), a server that takes no writes (25006), or one
+    /// short of resources (class 53: disk full, out of memory, too many connections) or failing its
+    /// storage (class 58: an I/O error).
     public var isUnavailable: Bool {
         guard !self.isConnectionFailure else { return true }
         switch self.sqlState {
         case "57014", "55P03", "40001", "40P01", "25006": return true
-        default: return false
+        case let state?: return state.hasPrefix("53") || state.hasPrefix("58")
+        case nil: return false
         }
     }
 
