@@ -101,4 +101,38 @@ struct MigratorTests {
             #expect(try await Migrator(database: client, logger: Self.logger).migrate().isEmpty)
         }
     }
+
+    @Test("a migration waiting for a lock a long transaction holds gives it back at the lock timeout, so reads do not queue behind it; it applies once that transaction ends")
+    func lockTimeout() async throws {
+        try await TestDatabase.withFresh(connections: 1) { (client: PostgresClient, url: String) async throws in
+            try await client.query("CREATE TABLE busy (id int)")
+            let holder = PostgresClient(url: url, connections: 1)
+            let reader = PostgresClient(url: url, connections: 1)
+            try await TestEnvironment.using(holder, reader) {
+                // A reader that would queue behind the migration's lock gives up after 3 s instead of 15.
+                try await reader.query("SET statement_timeout = 3000")
+                let change = Migrations.Migration(version: 9_998, name: "alter busy", sql: "ALTER TABLE busy ADD COLUMN note text")
+                try await holder.withConnection { forgotten in
+                    // A forgotten transaction: it read the table and stays open.
+                    try await forgotten.query("BEGIN")
+                    try await forgotten.query("SELECT count(*) FROM busy")
+                    let migrating = Task {
+                        try await Migrator(database: client, logger: Self.logger, lockTimeoutMilliseconds: 100).migrate(Migrations.all + [change])
+                    }
+                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the migration waiting for its lock") { () async throws -> Bool? in
+                        let waiting = try await reader.query(
+                            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE busy%' AND wait_event_type = 'Lock'"
+                        ).first?.decode(Int.self, "n")
+                        return waiting == 1 ? true : nil
+                    }
+                    // The live system's read answers: it waits at most the migration's lock timeout.
+                    #expect(try await reader.query("SELECT count(*)::int AS n FROM busy").first?.decode(Int.self, "n") == 0)
+                    #expect(try await Self.versions(reader).contains(9_998) == false)
+                    try await forgotten.query("COMMIT")
+                    #expect(try await migrating.value == [9_998])
+                }
+                #expect(try await reader.query("SELECT count(note)::int AS n FROM busy").first?.decode(Int.self, "n") == 0)
+            }
+        }
+    }
 }

@@ -2,16 +2,26 @@ import Logging
 
 /// Applies ``Migrations`` under a PostgreSQL advisory lock, each in its own transaction, recording each
 /// in `schema_migrations`: running it twice, or from two processes at once, applies each migration once.
+///
+/// A migration waits at most `lockTimeoutMilliseconds` for each table lock it takes (`lock_timeout`), then
+/// gives its locks back and tries again after a pause (as long again, doubling up to 10 s), for up to
+/// `lockPatience`: a live system's grants and reads
+/// queue behind a lock the migration waits for, so waiting for good behind one long transaction (a
+/// forgotten `psql` session) would stall them all.
 public struct Migrator: Sendable {
     private let database: PostgresClient
     private let logger: Logger
+    private let lockTimeoutMilliseconds: Int
+    private let lockPatience: Duration
     /// An arbitrary constant naming Tollgate's migration lock.
     private static let lockKey = 7_307_110_020_026
 
     /// Creates a migrator.
-    public init(database: PostgresClient, logger: Logger) {
+    public init(database: PostgresClient, logger: Logger, lockTimeoutMilliseconds: Int = 5000, lockPatience: Duration = .seconds(600)) {
         self.database = database
         self.logger = logger
+        self.lockTimeoutMilliseconds = max(1, lockTimeoutMilliseconds)
+        self.lockPatience = lockPatience
     }
 
     /// Applies what is missing; returns the versions applied by this call.
@@ -23,7 +33,7 @@ public struct Migrator: Sendable {
             try await session.withoutStatementTimeout {
                 try await session.query("SELECT pg_advisory_lock($1)", [Self.lockKey])
                 do {
-                    let applied = try await Self.apply(migrations, session: session, logger: self.logger)
+                    let applied = try await self.apply(migrations, session: session)
                     try await session.query("SELECT pg_advisory_unlock($1)", [Self.lockKey])
                     return applied
                 } catch {
@@ -34,7 +44,7 @@ public struct Migrator: Sendable {
         }
     }
 
-    private static func apply(_ migrations: [Migrations.Migration], session: PostgresSession, logger: Logger) async throws -> [Int] {
+    private func apply(_ migrations: [Migrations.Migration], session: PostgresSession) async throws -> [Int] {
         try await session.query("""
             CREATE TABLE IF NOT EXISTS schema_migrations (
                 version    integer PRIMARY KEY,
@@ -45,15 +55,28 @@ public struct Migrator: Sendable {
         let done = Set(try await session.query("SELECT version FROM schema_migrations").rows.map { try $0.decode(Int.self, "version") })
         var applied: [Int] = []
         for migration in migrations.sorted(by: { $0.version < $1.version }) where !done.contains(migration.version) {
-            logger.info("applying migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
-            try await session.query("BEGIN")
-            do {
-                try await session.runScript(migration.sql)
-                try await session.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [migration.version, migration.name])
-                try await session.query("COMMIT")
-            } catch {
-                await session.rollback()
-                throw error
+            self.logger.info("applying migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
+            let started = ContinuousClock.now
+            var pause = self.lockTimeoutMilliseconds
+            while true {
+                try await session.query("BEGIN")
+                do {
+                    try await session.query("SET LOCAL lock_timeout = \(self.lockTimeoutMilliseconds)")
+                    try await session.runScript(migration.sql)
+                    try await session.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [migration.version, migration.name])
+                    try await session.query("COMMIT")
+                    break
+                } catch let error as PostgresError where error.sqlState == "55P03" && ContinuousClock.now - started + .milliseconds(pause) < self.lockPatience {
+                    await session.rollback()
+                    self.logger.warning("migration waits for a lock another session holds (a long transaction?); trying again", metadata: [
+                        "version": "\(migration.version)", "retry_in_ms": "\(pause)",
+                    ])
+                    try await Task.sleep(for: .milliseconds(pause))
+                    pause = min(pause * 2, max(10_000, self.lockTimeoutMilliseconds))
+                } catch {
+                    await session.rollback()
+                    throw error
+                }
             }
             applied.append(migration.version)
         }
