@@ -52,6 +52,31 @@ struct OutageTests {
         }
     }
 
+    /// Runs `body` with a system on a PostgreSQL server of the test's own (the test may stop and start it),
+    /// the retry policy given, a worker named `worker` and a publisher selling `coins`, and shuts the
+    /// system down afterwards, on failure too.
+    static func onOwnPostgres(
+        retry: (baseMs: Int, maxDelayMs: Int, attempts: Int), worker name: String,
+        _ body: (DedicatedPostgres, TollgateSystem, ManagedProcess, TollgateSystem.Publisher) async throws -> Void
+    ) async throws {
+        let postgres = try await DedicatedPostgres()
+        let system = try await TollgateSystem(
+            extraEnvironment: [
+                "TOLLGATE_RETRY_BASE_MS": "\(retry.baseMs)", "TOLLGATE_RETRY_MAX_DELAY_MS": "\(retry.maxDelayMs)",
+                "TOLLGATE_RETRY_MAX_ATTEMPTS": "\(retry.attempts)", "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000",
+            ],
+            databaseURL: postgres.url
+        )
+        do {
+            let worker = try await system.startWorker(name: name)
+            try await body(postgres, system, worker, try await system.createPublisher(products: [Self.coins]))
+        } catch {
+            await system.shutdown()
+            throw error
+        }
+        await system.shutdown()
+    }
+
     @Test("Redis down: the API answers 503 with Retry-After (never OK) and serves no access status from memory, readiness says 503 on API and worker; back up, all recover and every accepted job is granted")
     func redisOutage() async throws {
         try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"], worker: "e2e-redis-outage") { redis, system, _ in
@@ -175,21 +200,11 @@ struct OutageTests {
 
     @Test("PostgreSQL down: jobs wait (no loss, no hot loop), readiness says 503, receipts are still accepted, another publisher's job answers as an unknown one; back up, every job is granted once")
     func postgresOutage() async throws {
-        let postgres = try await DedicatedPostgres()
         // A fast backoff, so the jobs are granted soon after the outage; with it, 15 attempts (the default limit)
-        // can pass in the outage's 12 s, since an attempt that finds PostgreSQL away fails at once. 50 cannot
-        // (about 45 s on average), so every job must still be waiting when the outage ends.
-        let system = try await TollgateSystem(
-            extraEnvironment: [
-                "TOLLGATE_RETRY_BASE_MS": "200", "TOLLGATE_RETRY_MAX_DELAY_MS": "2000", "TOLLGATE_RETRY_MAX_ATTEMPTS": "50",
-                "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000",
-            ],
-            databaseURL: postgres.url
-        )
-        do {
-            let worker = try await system.startWorker(name: "e2e-pg-outage")
+        // could pass in the outage's 12 s before the worker held off, since an attempt that finds PostgreSQL
+        // away fails at once. 50 cannot (about 45 s on average), so every job must still be waiting when the outage ends.
+        try await Self.onOwnPostgres(retry: (200, 2000, 50), worker: "e2e-pg-outage") { postgres, system, worker, publisher in
             let workerPort = try #require(system.workerPorts["e2e-pg-outage"])
-            let publisher = try await system.createPublisher(products: [Self.coins])
             let other = try await system.createPublisher(bundleId: "com.example.e2e.other", products: [Self.coins])
             var jobs: [String] = []
             for index in 0..<30 {
@@ -237,27 +252,13 @@ struct OutageTests {
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count)
             #expect(try await system.count("SELECT count(*) FROM transactions") == jobs.count)
-        } catch {
-            await system.shutdown()
-            throw error
         }
-        await system.shutdown()
     }
 
     @Test("PostgreSQL down for longer than the retry policy's attempts last: the worker starts no new job meanwhile, so none ends failed; back up, every job is granted once")
     func postgresOutageOutlastsAttempts() async throws {
-        let postgres = try await DedicatedPostgres()
         // Three attempts at most 200 ms apart: an outage of a few seconds outlasts them many times over.
-        let system = try await TollgateSystem(
-            extraEnvironment: [
-                "TOLLGATE_RETRY_BASE_MS": "100", "TOLLGATE_RETRY_MAX_DELAY_MS": "200", "TOLLGATE_RETRY_MAX_ATTEMPTS": "3",
-                "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000",
-            ],
-            databaseURL: postgres.url
-        )
-        do {
-            let worker = try await system.startWorker(name: "e2e-pg-long-outage")
-            let publisher = try await system.createPublisher(products: [Self.coins])
+        try await Self.onOwnPostgres(retry: (100, 200, 3), worker: "e2e-pg-long-outage") { postgres, system, worker, publisher in
             // One job granted first: the API then holds the publisher and the offer, and accepts while PostgreSQL is away.
             let first = try #require(try await Self.submit(system, publisher, 0).json["jobId"] as? String)
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: [first], timeout: .seconds(30))
@@ -287,10 +288,6 @@ struct OutageTests {
                 #expect((attempts ?? 99) <= 2, "job \(job) took \(attempts ?? -1) attempts: at most one before the pause and one after")
             }
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count + 1)
-        } catch {
-            await system.shutdown()
-            throw error
         }
-        await system.shutdown()
     }
 }
