@@ -113,7 +113,6 @@ tg_quiet_system_postgres() {
 
 # ------------------------------------------------------------------- ports
 
-# A free TCP port on 127.0.0.1, chosen by the kernel.
 # tg_write_headers FILE HEADER...: HTTP headers, one per line, readable by the owner only, for
 # `curl -H @FILE`: credentials stay off command lines (`ps` shows those to every user).
 tg_write_headers() {
@@ -122,6 +121,26 @@ tg_write_headers() {
   (umask 077 && printf '%s\n' "$@" >"$file")
 }
 
+# tg_drop_product_env [PATTERN...]: unsets the product's variables (TOLLGATE_*, APPSTORE_EMULATOR_*) but
+# those matching a glob PATTERN (the script's own settings). The caller's shell (a sourced tollgate.env,
+# or a test rig's leftovers) must not change what a script starts, or where it listens.
+tg_drop_product_env() {
+  local name pattern keep
+  for name in $(compgen -e); do
+    case "$name" in
+      TOLLGATE_* | APPSTORE_EMULATOR_*) ;;
+      *) continue ;;
+    esac
+    keep=0
+    for pattern in "$@"; do
+      # shellcheck disable=SC2053 # the pattern is a glob on purpose
+      if [[ "$name" == $pattern ]]; then keep=1; fi
+    done
+    if [[ $keep == 0 ]]; then unset "$name"; fi
+  done
+}
+
+# A free TCP port on 127.0.0.1, chosen by the kernel.
 tg_free_port() {
   python3 - <<'PY'
 import socket
