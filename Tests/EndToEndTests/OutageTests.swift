@@ -67,14 +67,10 @@ struct OutageTests {
             ],
             databaseURL: postgres.url
         )
-        do {
+        try await TestEnvironment.using(system) {
             let worker = try await system.startWorker(name: name)
             try await body(postgres, system, worker, try await system.createPublisher(products: [Self.coins]))
-        } catch {
-            await system.shutdown()
-            throw error
         }
-        await system.shutdown()
     }
 
     @Test("Redis down: the API answers 503 with Retry-After (never OK) and serves no access status from memory, readiness says 503 on API and worker; back up, all recover and every accepted job is granted")

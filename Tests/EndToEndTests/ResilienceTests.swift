@@ -48,13 +48,7 @@ struct ResilienceTests {
 
     static func with(_ environment: [String: String] = [:], _ body: (TollgateSystem) async throws -> Void) async throws {
         let system = try await TollgateSystem(extraEnvironment: environment)
-        do {
-            try await body(system)
-        } catch {
-            await system.shutdown()
-            throw error
-        }
-        await system.shutdown()
+        try await TestEnvironment.using(system) { try await body(system) }
     }
 
     @Test("a worker receiving SIGTERM under load exits 0 within the grace period and no job it held is lost")
