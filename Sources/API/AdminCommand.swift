@@ -3,12 +3,13 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import Shared
 
 /// `tollgate-api admin …`: the admin API's actions from a shell, for operators without curl recipes.
 ///
 /// Talks to a running API over HTTP (`--url`, `TOLLGATE_ADMIN_URL`) with `TOLLGATE_ADMIN_TOKEN` from the
 /// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal prints
-/// its message and exits 1.
+/// its message and exits 1. An unset token or an unusable URL is one line and exit code 2, before any request.
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run admin API actions against a running tollgate-api (TOLLGATE_ADMIN_TOKEN from the environment).",
@@ -25,12 +26,30 @@ struct Admin: AsyncParsableCommand {
             try await self.call(.PATCH, "\(collection)/\(try pathSegment(id))", body: ["enabled": enabled])
         }
 
-        func call(_ method: HTTPMethod, _ path: String, body: [String: Any]? = nil) async throws {
+        /// The API's base URL and the admin token, or one line naming the variable and exit code 2, as for every
+        /// process's configuration (CONTRACT.md), before any request is made.
+        func target() throws -> (base: String, token: String) {
             let environment = ProcessInfo.processInfo.environment
             guard let token = environment["TOLLGATE_ADMIN_TOKEN"], !token.isEmpty else {
-                throw ValidationError("TOLLGATE_ADMIN_TOKEN is not set")
+                throw Self.refuse(ConfigurationError(variable: "TOLLGATE_ADMIN_TOKEN", "is not set"))
             }
-            let base = (self.url ?? environment["TOLLGATE_ADMIN_URL"] ?? "http://127.0.0.1:8080").trimmingSuffix("/")
+            let variable = self.url == nil ? "TOLLGATE_ADMIN_URL" : "--url"
+            let text = self.url ?? environment["TOLLGATE_ADMIN_URL"] ?? "http://127.0.0.1:8080"
+            guard let parsed = URL(string: text), ["http", "https"].contains(parsed.scheme?.lowercased()),
+                  let host = parsed.host, !host.isEmpty, parsed.query == nil, parsed.fragment == nil, parsed.user == nil
+            else {
+                throw Self.refuse(ConfigurationError(variable: variable, "expected http(s)://host[:port][/path], with no user, query or fragment"))
+            }
+            return (text.trimmingSuffix("/"), token)
+        }
+
+        private static func refuse(_ error: ConfigurationError) -> ExitCode {
+            FileHandle.standardError.write(Data("tollgate-api admin: \(error)\n".utf8))
+            return ExitCode(2)
+        }
+
+        func call(_ method: HTTPMethod, _ path: String, body: [String: Any]? = nil) async throws {
+            let (base, token) = try self.target()
             var request = HTTPClientRequest(url: base + "/admin/v1" + path)
             request.method = method
             request.headers.add(name: "Authorization", value: "Bearer \(token)")

@@ -88,7 +88,8 @@ struct AdminCLITests {
             #expect(Set(queue.json.keys) == ["queued", "processing", "retrying", "dead"])
             #expect(try await Self.admin(system, ["dead-letters"], token: token).json["deadLetters"] is [Any])
 
-            // Refusals: the API's message on stderr, exit 1; no token or a bad id: exit 64 (usage), no request made.
+            // Refusals: the API's message on stderr, exit 1; no token or an unusable URL: one line naming it and exit 2
+            // (CONTRACT.md, as for every process's configuration); a bad id: exit 64 (usage). No request made for these.
             let unknown = try await Self.admin(system, ["requeue", "00000000-0000-0000-0000-000000000000"], token: token)
             #expect(unknown.status == 1)
             #expect(unknown.error.contains("404"))
@@ -96,8 +97,16 @@ struct AdminCLITests {
             #expect(wrong.status == 1)
             #expect(wrong.error.contains("401"))
             let missing = try await Self.admin(system, ["queue"], token: nil)
-            #expect(missing.status != 0)
-            #expect(missing.error.contains("TOLLGATE_ADMIN_TOKEN"))
+            #expect(missing.status == 2)
+            #expect(missing.error == "tollgate-api admin: invalid TOLLGATE_ADMIN_TOKEN: is not set\n")
+            for url in ["127.0.0.1:8080", "ftp://127.0.0.1:8080", "http://", "http://admin:secret@127.0.0.1:8080", "http://127.0.0.1:8080/?x=1"] {
+                let unusable = try await Self.admin(system, ["queue", "--url", url], token: token)
+                #expect(unusable.status == 2, "\(url): \(unusable.error)")
+                #expect(unusable.error.hasPrefix("tollgate-api admin: invalid --url: expected http(s)://"), "\(url)")
+                #expect(!unusable.error.contains("secret"))
+            }
+            let proxied = try await Self.admin(system, ["queue", "--url", system.apiBase + "/"], token: token)
+            #expect(proxied.status == 0, "\(proxied.error)")
             let hostile = try await Self.admin(system, ["requeue", "../publishers"], token: token)
             #expect(hostile.status != 0)
             #expect(hostile.error.contains("is not an id"))
