@@ -41,10 +41,17 @@ struct JobProcessor: Sendable {
             logger.warning("job status is gone; acknowledging its entry")
             try? await self.queue.acknowledge(delivery)
         case .poison(let job, let attempt):
-            if let committed = await self.fulfiller.committed(job, logger: logger), case .granted = committed {
+            let committed = await self.fulfiller.committed(job, logger: logger)
+            if let committed, case .granted = committed {
                 // Its grant committed; only recording it never happened (the worker died after the commit each
                 // time): granted, not failed.
                 await self.record(committed, delivery: delivery, job: job, attempt: attempt, acceptedAt: job.acceptedAtMilliseconds, logger: logger)
+                return
+            }
+            if case .retry? = committed {
+                // PostgreSQL cannot tell whether it granted (and the watch now holds intake off): the entry stays
+                // pending, and a claim asks again once PostgreSQL answers, instead of failing a job that may be granted.
+                logger.warning("poison job, but PostgreSQL cannot tell whether its grant committed; leaving it for a later claim")
                 return
             }
             let detail = "poison: started \(attempt) times without finishing"

@@ -378,6 +378,33 @@ struct AppleRulesTests {
         }
     }
 
+    @Test("a poison job is not dead-lettered while PostgreSQL cannot tell whether its grant committed; it stays pending for a claim")
+    func poisonWhilePostgresAway() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
+            let (transaction, jobId) = try await Self.submitPremium(harness)
+            try await Self.fulfilThenDie(harness, jobId: jobId, expect: .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
+            _ = try await harness.redis.send("HSET", harness.queue.keys.job(jobId), "attempts", String(harness.processor.maxStarts))
+            // A peer whose PostgreSQL is a database that does not exist: every query fails at once.
+            let base = try TestEnvironment.databaseURL()
+            let missing = PostgresClient(url: base[..<(base.lastIndex(of: "/") ?? base.endIndex)] + "/no_such_database_\(UInt32.random(in: 0...UInt32.max))", connections: 1)
+            try await TestEnvironment.using(missing) {
+                let away = JobProcessor(
+                    queue: harness.queue,
+                    fulfiller: Fulfiller(catalog: harness.catalog, grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple),
+                    retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60), logger: Logger(label: "test.worker")
+                )
+                let claimed = try await harness.queue.autoclaim(consumer: "peer", minIdleMilliseconds: 0, cursor: "0-0", count: 1).deliveries
+                #expect(claimed.map(\.jobId) == [jobId])
+                for delivery in claimed { await away.process(delivery) }
+            }
+            #expect(try await harness.record(jobId).status != .failed)
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            // Once PostgreSQL answers, a claim finds the grant: granted.
+            try await Self.claimAsPeer(harness, jobId: jobId)
+            #expect(try await harness.record(jobId).status == .granted)
+        }
+    }
+
     @Test("when PostgreSQL cannot tell whether an earlier attempt granted, the attempt is retried, not run against Apple")
     func committedLookupFails() async throws {
         try await WorkerHarness.with { harness in
