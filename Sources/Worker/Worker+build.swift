@@ -11,7 +11,7 @@ import Shared
 /// Wires the worker: clients, the consumer, the retry promoter and the metrics/health server, run as one
 /// service group that shuts down gracefully on SIGTERM/SIGINT within `TOLLGATE_SHUTDOWN_GRACE_S`.
 func runWorker(configuration: Configuration, logger: Logger) async throws {
-    let registry = MetricsSetup.bootstrap()
+    let registry = MetricsSetup.bootstrap(durationBuckets: WorkerMetrics.durationBuckets)
     WorkerMetrics.register()
     let redis = RedisClient(configuration: configuration.redis, connections: configuration.redisPoolSize)
     // Blocking reads hold their connection, so they get a client of their own.

@@ -15,9 +15,41 @@ enum WorkerMetrics {
         case .retry: outcome = "retry"
         }
         MetricHandles.timer("tollgate_apple_call_duration_seconds", [
-            ("environment", environment), ("status", verdict.appleStatus.map(String.init) ?? "none"), ("outcome", outcome),
+            ("environment", environment), ("status", Self.statusLabel(verdict.appleStatus)), ("outcome", outcome),
         ]).record(duration: duration)
     }
+
+    /// Apple's status as a label: the documented ones as themselves, 21100–21199 (Apple's internal errors) as
+    /// `211xx`, anything else as `other`, so whatever answers at the configured URL cannot grow the series.
+    static func statusLabel(_ status: Int?) -> String {
+        switch status {
+        case nil: "none"
+        case let status? where status == 0 || (21000...21010).contains(status): String(status)
+        case let status? where (21100...21199).contains(status): "211xx"
+        default: "other"
+        }
+    }
+
+    /// Histogram buckets by metric name. Accepted → granted includes every retry (backoff up to 300 s, jobs up
+    /// to `TOLLGATE_RETRY_MAX_AGE_S`); the wait step, a backlog; an Apple call, the 15 s timeout and longer
+    /// ones. The library's default (5 ms to 10 s) put all of those in `+Inf`.
+    static let durationBuckets: [String: [Duration]] = [
+        "tollgate_accepted_to_granted_seconds": [
+            .milliseconds(50), .milliseconds(100), .milliseconds(200), .milliseconds(230), .milliseconds(250), .milliseconds(300),
+            .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30), .seconds(60),
+            .seconds(120), .seconds(300), .seconds(900), .seconds(3600), .seconds(21600), .seconds(86400),
+        ],
+        "tollgate_job_step_seconds": [
+            .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+            .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5),
+            .seconds(10), .seconds(30), .seconds(60), .seconds(300), .seconds(900), .seconds(3600),
+        ],
+        "tollgate_apple_call_duration_seconds": [
+            .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(200), .milliseconds(300), .milliseconds(500),
+            .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10), .seconds(15), .seconds(20), .seconds(30),
+            .seconds(60), .seconds(120),
+        ],
+    ]
 
     /// One processing attempt of a job (a first try or a retry).
     static let attempts = Counter(label: "tollgate_job_attempts_total")
@@ -27,7 +59,8 @@ enum WorkerMetrics {
     }
 
     static func grantLatency(milliseconds: Int) {
-        Self.acceptedToGranted.recordMilliseconds(milliseconds)
+        // The API's clock stamped acceptedAt; a worker whose clock runs behind must not record a negative time.
+        Self.acceptedToGranted.recordMilliseconds(max(0, milliseconds))
     }
 
     static let acceptedToGranted = Timer(label: "tollgate_accepted_to_granted_seconds")

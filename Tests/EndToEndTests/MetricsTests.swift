@@ -87,6 +87,11 @@ struct MetricsTests {
             #expect(Self.value(done, "tollgate_job_attempts_total") == Double(count))
             #expect(Self.value(done, "tollgate_apple_call_duration_seconds_count", ["environment": "Production", "status": "0"]) == Double(count))
             #expect(Self.value(done, "tollgate_accepted_to_granted_seconds_count") == Double(count))
+            // Their buckets reach what they measure: retries (minutes), a backlog's wait, Apple's 15 s timeout.
+            for (name, top) in [("tollgate_accepted_to_granted_seconds", 86_400.0), ("tollgate_job_step_seconds", 3600), ("tollgate_apple_call_duration_seconds", 120)] {
+                let bounds = Set(done.filter { $0.name == name + "_bucket" }.compactMap { $0.labels["le"].flatMap(Double.init) })
+                #expect(bounds.contains(60) && bounds.contains(top), "\(name): \(bounds.sorted())")
+            }
             #expect(Self.value(done, "tollgate_verifications_in_flight") == 0)
             _ = try await Poll.until(timeout: .seconds(30), "the API's gauges show an empty queue") {
                 Self.value(try await Self.scrape(system, api), "tollgate_queue_lag") == 0 ? true : nil

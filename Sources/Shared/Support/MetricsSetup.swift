@@ -6,12 +6,16 @@ import Synchronization
 public enum MetricsSetup {
     private static let shared = Mutex<PrometheusCollectorRegistry?>(nil)
 
-    /// The process's registry; the first call bootstraps swift-metrics with it.
-    public static func bootstrap() -> PrometheusCollectorRegistry {
+    /// The process's registry; the first call bootstraps swift-metrics with it. `durationBuckets` gives a
+    /// timer's histogram buckets by metric name, where the library's (5 ms to 10 s) would put what the metric
+    /// measures in `+Inf`.
+    public static func bootstrap(durationBuckets: [String: [Duration]] = [:]) -> PrometheusCollectorRegistry {
         self.shared.withLock { shared in
             if let shared { return shared }
             let registry = PrometheusCollectorRegistry()
-            MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+            var factory = PrometheusMetricsFactory(registry: registry)
+            factory.durationHistogramBuckets = durationBuckets
+            MetricsSystem.bootstrap(factory)
             shared = registry
             return registry
         }
