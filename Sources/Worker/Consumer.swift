@@ -51,10 +51,16 @@ struct Consumer: Service {
                         break
                     }
                     await slots.acquire()
-                    // A SIGTERM that came while every slot was busy: take nothing new.
-                    if stopping.load(ordering: .relaxed) {
+                    // A SIGTERM or a cancellation that came while every slot was busy: take nothing new. Nor
+                    // while PostgreSQL went away meanwhile (the jobs that freed the slots found it so): the
+                    // loop's top waits for it.
+                    if stopping.load(ordering: .relaxed) || Task.isCancelled {
                         slots.release()
                         break
+                    }
+                    if watch.isAway {
+                        slots.release()
+                        continue
                     }
                     let free = 1 + slots.tryAcquire(upTo: self.batch - 1)
                     let deliveries: [QueueDelivery]

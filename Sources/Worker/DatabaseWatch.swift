@@ -14,7 +14,18 @@ final class DatabaseWatch: Sendable {
 
     /// Notes what an attempt ran into.
     func note(_ error: any Error) {
-        if let error = error as? PostgresError, error.isUnavailable { self.away.store(true, ordering: .relaxed) }
+        if let error = error as? PostgresError, Self.isOutage(error) { self.away.store(true, ordering: .relaxed) }
+    }
+
+    /// PostgreSQL itself away (unreachable, refusing writes, out of resources or storage), not one
+    /// transaction's contention: a deadlock, a serialization failure or a lock or statement timeout is
+    /// retried like any unavailability, but holds no intake off and logs no outage.
+    static func isOutage(_ error: PostgresError) -> Bool {
+        guard error.isUnavailable else { return false }
+        switch error.sqlState {
+        case "40001", "40P01", "55P03", "57014": return false
+        default: return true
+        }
     }
 
     /// Whether a job found PostgreSQL away since the last probe that found it back.

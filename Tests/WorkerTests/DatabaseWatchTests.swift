@@ -1,0 +1,24 @@
+import Shared
+import Testing
+@testable import Worker
+
+@Suite("Database watch")
+struct DatabaseWatchTests {
+    @Test("PostgreSQL away holds intake off; one transaction's contention does not", arguments: [
+        (PostgresError(.connection, "connection refused"), true),
+        (PostgresError(.server, sqlState: "57P01", "terminating connection due to administrator command"), true),
+        (PostgresError(.server, sqlState: "25006", "cannot execute INSERT in a read-only transaction"), true),
+        (PostgresError(.server, sqlState: "53100", "could not extend file: No space left on device"), true),
+        (PostgresError(.server, sqlState: "58030", "could not write to file"), true),
+        (PostgresError(.server, sqlState: "40P01", "deadlock detected"), false),
+        (PostgresError(.server, sqlState: "40001", "could not serialize access"), false),
+        (PostgresError(.server, sqlState: "55P03", "canceling statement due to lock timeout"), false),
+        (PostgresError(.server, sqlState: "57014", "canceling statement due to statement timeout"), false),
+        (PostgresError(.server, sqlState: "23505", "duplicate key value"), false),
+    ])
+    func outage(error: PostgresError, away: Bool) {
+        let watch = DatabaseWatch()
+        watch.note(error)
+        #expect(watch.isAway == away, "\(error)")
+    }
+}
