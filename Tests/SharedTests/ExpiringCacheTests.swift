@@ -36,4 +36,17 @@ struct ExpiringCacheTests {
         #expect(await cache.value(for: "k", now: 1) { 2 } == 2, "loaded again, not the value read before the change")
         #expect(await cache.value(for: "k", now: 2) { 3 } == 2, "kept once loaded undisturbed")
     }
+
+    @Test("removing one key while another loads does not stop the other from being kept; removeAll does")
+    func otherKeyRemovedWhileLoading() async throws {
+        let cache = ExpiringCache<String, Int>(lifetime: 5, capacity: 2)
+        #expect(await cache.value(for: "k", now: 0) { cache.remove("other"); return 1 } == 1)
+        #expect(await cache.value(for: "k", now: 1) { 2 } == 1, "kept: only another key was removed")
+        // More removed keys than the cache holds: the record of them is bounded, so loads under way then are not kept.
+        #expect(await cache.value(for: "j", now: 2) { ["a", "b", "c"].forEach(cache.remove); return 1 } == 1)
+        #expect(await cache.value(for: "j", now: 3) { 2 } == 2)
+        #expect(await cache.value(for: "i", now: 4) { cache.removeAll(); return 1 } == 1)
+        #expect(await cache.value(for: "i", now: 5) { 2 } == 2, "not kept: every key was removed while it loaded")
+        #expect(await cache.value(for: "i", now: 6) { 3 } == 2)
+    }
 }

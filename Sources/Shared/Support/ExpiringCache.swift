@@ -12,9 +12,17 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
         let expires: UInt64
     }
 
-    /// The entries, and how many times entries were forgotten: a load that began before a `remove` may
-    /// have read what the remove was for, so its value is not kept.
-    private let state = Mutex<(entries: [Key: Entry], removals: UInt64)>(([:], 0))
+    /// The entries, and when keys were forgotten: a load that began before its key's `remove` may have read
+    /// what the remove was for, so its value is not kept. `generation` counts removals; `removed` holds each
+    /// removed key's last one (at most `capacity` keys; past that, `clearedAt` stands for them all).
+    private struct State {
+        var entries: [Key: Entry] = [:]
+        var generation: UInt64 = 0
+        var removed: [Key: UInt64] = [:]
+        var clearedAt: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
     private let lifetimeNanoseconds: UInt64
     private let staleNanoseconds: UInt64
     private let capacity: Int
@@ -35,7 +43,7 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
 
     /// ``value(for:load:)`` at `now` (uptime nanoseconds), for tests.
     func value(for key: Key, now: UInt64, load: () async throws -> Value?) async rethrows -> Value? {
-        let (cached, removals) = self.state.withLock { ($0.entries[key], $0.removals) }
+        let (cached, began) = self.state.withLock { ($0.entries[key], $0.generation) }
         if let cached, cached.expires > now { return cached.value }
         let loaded: Value?
         do {
@@ -46,7 +54,7 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
         }
         guard let value = loaded else { return nil }
         self.state.withLock { state in
-            guard state.removals == removals else { return }
+            guard max(state.clearedAt, state.removed[key] ?? 0) <= began else { return }
             if state.entries.count >= self.capacity {
                 // Dropping everything is crude but bounded and rare: the cache refills in one lifetime.
                 state.entries.removeAll(keepingCapacity: true)
@@ -58,17 +66,25 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
 
     /// Forgets every key.
     public func removeAll() {
-        self.state.withLock {
-            $0.entries.removeAll()
-            $0.removals &+= 1
+        self.state.withLock { state in
+            state.entries.removeAll()
+            state.generation += 1
+            state.clearedAt = state.generation
+            state.removed.removeAll()
         }
     }
 
     /// Forgets one key.
     public func remove(_ key: Key) {
-        self.state.withLock {
-            $0.entries.removeValue(forKey: key)
-            $0.removals &+= 1
+        self.state.withLock { state in
+            state.entries.removeValue(forKey: key)
+            state.generation += 1
+            if state.removed.count >= self.capacity {
+                state.clearedAt = state.generation
+                state.removed.removeAll()
+            } else {
+                state.removed[key] = state.generation
+            }
         }
     }
 }
