@@ -270,4 +270,24 @@ struct LogOutputTests {
             #expect(String(decoding: received, as: UTF8.self).contains("log lines dropped"))
         }
     }
+
+    @Test("a non-blocking descriptor that is full for a while loses no line and cuts none: the writer waits for it")
+    func nonBlockingDescriptor() async throws {
+        try await Self.withPipe { reader, writer in
+            _ = fcntl(writer, F_SETFL, fcntl(writer, F_GETFL) | O_NONBLOCK)
+            let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))
+            // 1 MB of warnings, far past the pipe's buffer, before anyone reads: the writes meet EAGAIN.
+            let lines = 1000
+            for index in 0..<lines { output.write(Array(String(format: "w%04d", index).utf8) + Array(repeating: UInt8(ascii: "w"), count: 1018) + [10], immediately: true) }
+            var received: [UInt8] = []
+            _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "every line arrived") { () -> Bool? in
+                Self.drain(reader, into: &received)
+                return received.count >= lines * 1024 ? true : nil
+            }
+            let got = received.split(separator: 10, omittingEmptySubsequences: false).dropLast()
+            #expect(got.count == lines)
+            #expect(got.allSatisfy { $0.count == 1023 })
+            #expect(got.map { String(decoding: $0.prefix(5), as: UTF8.self) } == (0..<lines).map { String(format: "w%04d", $0) })
+        }
+    }
 }

@@ -86,26 +86,45 @@ public final class LogOutput: Sendable {
             }
             if dropped > 0 { batch.append(contentsOf: self.droppedLine(dropped)) }
             guard !batch.isEmpty else { return }
-            self.writeAll(batch)
+            let lost = self.writeAll(batch)
             batch.removeAll(keepingCapacity: true)
             self.state.withLock { state in
                 state.spare = batch
                 state.writingBytes = 0
+                state.dropped += lost
             }
         }
     }
 
-    private func writeAll(_ batch: [UInt8]) {
+    /// Writes `batch` (whole lines); returns how many lines did not go out. A descriptor that is full (a
+    /// non-blocking one answers EAGAIN) is waited for, as a blocking one would be: only this thread waits.
+    /// Any other failure drops the rest of the batch, counted; a line cut by it is ended first, when the
+    /// descriptor still takes that, so the next batch does not run on from half a line.
+    private func writeAll(_ batch: [UInt8]) -> Int {
         batch.withUnsafeBytes { bytes in
             var offset = 0
             while offset < bytes.count {
                 let written = Foundation.write(self.descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                if written <= 0 {
-                    if written < 0, errno == EINTR { continue }
-                    return  // Nowhere to log that logging failed; drop the batch rather than spin.
+                if written > 0 {
+                    offset += written
+                    continue
                 }
-                offset += written
+                let failure = errno
+                if written < 0, failure == EINTR { continue }
+                if written < 0, failure == EAGAIN || failure == EWOULDBLOCK {
+                    var ready = pollfd(fd: self.descriptor, events: Int16(POLLOUT), revents: 0)
+                    _ = poll(&ready, 1, 1000)
+                    continue
+                }
+                // Nowhere to log that logging failed: drop the rest rather than spin.
+                let rest = bytes[offset...]
+                if offset > 0, bytes[offset - 1] != 10 {
+                    var newline: UInt8 = 10
+                    _ = Foundation.write(self.descriptor, &newline, 1)
+                }
+                return rest.reduce(0) { $0 + ($1 == 10 ? 1 : 0) }
             }
+            return 0
         }
     }
 
