@@ -23,8 +23,13 @@ struct APIServices: Sendable {
     /// Offer look-ups, cached briefly: a disabled product stops accepting within seconds. While PostgreSQL
     /// is away, offers looked up in the last ten minutes still answer (see ``PublisherDirectory``).
     let offers = ExpiringCache<OfferKey, [Product]>(lifetime: 5, staleFor: PublisherDirectory.staleLifetime)
+    /// Each publisher's offer ids, asked for when an offer is not in ``offers``: an offer id that is none of
+    /// them answers 422 from memory. App clients (a customer token, which any device holds) can name any
+    /// offer, unlimited; made-up ones then cost PostgreSQL one query per publisher and lifetime, not one each.
+    let offerIds: ExpiringCache<UUID, Set<String>>
 
-    init(configuration: Configuration, redis: RedisClient, database: PostgresClient, logger: Logger) async {
+    init(configuration: Configuration, redis: RedisClient, database: PostgresClient, logger: Logger, offerIdsLifetime: Double = 1) async {
+        self.offerIds = ExpiringCache(lifetime: offerIdsLifetime, staleFor: PublisherDirectory.staleLifetime)
         self.configuration = configuration
         self.redis = redis
         self.database = database
@@ -47,6 +52,8 @@ struct APIServices: Sendable {
     /// The products behind a publisher's offer, from ``offers``; 422 `unknown_offer` when it has none.
     func offerProducts(publisherId: UUID, offerId: String, field: String = "offerId") async throws -> [Product] {
         let products = try await self.offers.value(for: OfferKey(publisherId: publisherId, offerId: offerId)) {
+            let known = try await self.offerIds.value(for: publisherId) { try await self.catalog.offerIds(publisherId: publisherId) }
+            guard known?.contains(offerId) == true else { return nil }
             let found = try await self.catalog.products(publisherId: publisherId, offerId: offerId)
             return found.isEmpty ? nil : found
         } ?? []

@@ -180,8 +180,9 @@ struct AdminController {
                 publisherId: publisherId, bundleId: bundleId, productId: productId, offerId: offerId, kind: kind, title: title,
                 description: description, coins: amounts.coins, durationDays: amounts.durationDays, enabled: enabled
             ))
-            // The offer may be cached with the products other apps sell under it.
+            // The offer may be cached with the products other apps sell under it, or as none of the publisher's.
             self.services.offers.remove(OfferKey(publisherId: product.publisherId, offerId: product.offerId))
+            self.services.offerIds.remove(product.publisherId)
             return JSONBody.response(.created, ProductView(product))
         } catch CatalogError.unknownPublisher {
             throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")

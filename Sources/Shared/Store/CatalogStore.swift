@@ -198,6 +198,13 @@ public struct CatalogStore: Sendable {
         ).rows.map(Self.product)
     }
 
+    /// Every offer id the publisher has a product for, in any app, enabled or not.
+    public func offerIds(publisherId: UUID) async throws -> Set<String> {
+        Set(try await self.database.query("SELECT DISTINCT offer_id FROM products WHERE publisher_id = $1", [publisherId]).rows.map {
+            try $0.decode(String.self, "offer_id")
+        })
+    }
+
     private static func app(_ row: PostgresRow) throws -> App {
         App(
             id: try row.decode(UUID.self, "id"), publisherId: try row.decode(UUID.self, "publisher_id"),
