@@ -40,8 +40,16 @@ struct CustomerTokens: Sendable {
 
     init(secret: String, lifetimeSeconds: Int) async {
         self.keys = JWTKeyCollection()
-        await self.keys.add(hmac: HMACKey(from: secret), digestAlgorithm: .sha256)
+        await self.keys.add(hmac: Self.key(secret), digestAlgorithm: .sha256)
         self.lifetimeSeconds = lifetimeSeconds
+    }
+
+    /// The signing key. JWTKit traps (an `assert`, in debug builds) on an HMAC key shorter than the hash's
+    /// 32 bytes, where Tollgate promises only a warning. HMAC pads any key shorter than its 64-byte block with
+    /// zeros, so a short secret padded to 32 bytes signs exactly as the secret itself.
+    static func key(_ secret: String) -> HMACKey {
+        let bytes = Array(secret.utf8)
+        return HMACKey(from: bytes.count >= 32 ? bytes : bytes + [UInt8](repeating: 0, count: 32 - bytes.count))
     }
 
     /// A token for one customer of one publisher, obtained with the credentials whose fingerprint is

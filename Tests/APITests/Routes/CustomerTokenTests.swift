@@ -278,4 +278,21 @@ struct CustomerTokenTests {
         while base64.count % 4 != 0 { base64 += "=" }
         return Data(base64Encoded: base64)
     }
+
+    @Test("a secret shorter than 32 bytes signs (HMAC-SHA256 with the secret itself) instead of trapping", arguments: ["short", String(repeating: "s", count: 31)])
+    func shortSecret(secret: String) async throws {
+        let tokens = await CustomerTokens(secret: secret, lifetimeSeconds: 900)
+        let publisherId = UUID()
+        let (token, _) = try await tokens.issue(publisherId: publisherId, customerEmail: "viewer@example.com", credentials: "c")
+        let identity = await tokens.verify(token)
+        #expect(identity?.publisherId == publisherId)
+        #expect(identity?.customerEmail == "viewer@example.com")
+        // The signature is HMAC-SHA256 of header.payload under the secret as given, as any JWT library checks it.
+        let parts = token.split(separator: ".")
+        try #require(parts.count == 3)
+        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(parts[0]).\(parts[1])".utf8), using: SymmetricKey(data: Data(secret.utf8)))
+        let expected = Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+        #expect(String(parts[2]) == expected)
+    }
 }
