@@ -8,13 +8,16 @@ struct APIError: Error, HTTPResponseError {
     let message: String
     let field: String?
     var retryAfter: Int?
+    /// `WWW-Authenticate` of a 401: the scheme the route takes (RFC 9110 requires one on every 401).
+    var challenge: String?
 
-    init(_ status: HTTPResponse.Status, code: String, _ message: String, field: String? = nil, retryAfter: Int? = nil) {
+    init(_ status: HTTPResponse.Status, code: String, _ message: String, field: String? = nil, retryAfter: Int? = nil, challenge: String? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.field = field
         self.retryAfter = retryAfter
+        self.challenge = challenge
     }
 
     struct Body: Encodable {
@@ -30,6 +33,7 @@ struct APIError: Error, HTTPResponseError {
     var response: Response {
         var headers: HTTPFields = [:]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
+        if let challenge { headers[.wwwAuthenticate] = challenge }
         return JSONBody.response(self.status, Body(message: self.message, code: self.code, field: self.field), headers: headers)
     }
 
@@ -45,7 +49,12 @@ struct APIError: Error, HTTPResponseError {
         APIError(.unprocessableContent, code: code, message, field: field)
     }
 
-    static let unauthorized = APIError(.unauthorized, code: "unauthorized", "missing or wrong credentials")
+    /// A publisher route's credentials (`X-Publisher-Token` with HTTP Basic) missing or wrong.
+    static let unauthorized = APIError(.unauthorized, code: "unauthorized", "missing or wrong credentials", challenge: #"Basic realm="tollgate""#)
+    /// The admin token missing or wrong.
+    static let unauthorizedAdmin = APIError(.unauthorized, code: "unauthorized", "missing or wrong credentials", challenge: #"Bearer realm="tollgate-admin""#)
+    /// A customer token (an app's credential) missing or wrong.
+    static let unauthorizedCustomer = APIError(.unauthorized, code: "unauthorized", "missing or wrong credentials", challenge: #"Bearer realm="tollgate""#)
     static let notFound = APIError(.notFound, code: "not_found", "no such resource")
     static func unavailable(_ what: String) -> APIError {
         APIError(.serviceUnavailable, code: "dependency_unavailable", "\(what) is unavailable; try again shortly", retryAfter: 5)

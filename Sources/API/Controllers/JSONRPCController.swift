@@ -45,7 +45,7 @@ struct JSONRPCController {
         let token = try params.requiredString("customerToken")
         // The token is the credential: a wrong one answers 401 whatever else the call holds.
         guard let (publisher, identity) = try await self.services.authenticator.authenticate(customerToken: token) else {
-            throw APIError.unauthorized
+            throw APIError.unauthorizedCustomer
         }
         let offerId = try FieldRules.offerId(params.requiredString("offerId"), field: "params.offerId")
         let view = try await self.access.access(publisherId: publisher.id, customerEmail: identity.customerEmail, offerId: offerId, offerField: "params.offerId")

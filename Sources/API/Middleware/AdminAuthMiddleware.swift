@@ -14,7 +14,7 @@ struct AdminAuthMiddleware<Context: RequestContext>: RouterMiddleware {
         guard let tokenHash else { throw APIError.notFound }
         guard let presented = Credentials.bearer(request.headers[.authorization]),
             PublisherCredentials.constantTimeEquals(PublisherCredentials.hash(presented), tokenHash)
-        else { throw APIError.unauthorized }
+        else { throw APIError.unauthorizedAdmin }
         return try await next(request, context)
     }
 }

@@ -27,10 +27,10 @@ struct PublisherAuthMiddleware: RouterMiddleware {
         let publisher: Publisher
         if self.acceptsCustomerTokens, let bearer = Credentials.bearer(authorization) {
             guard let (tokenPublisher, identity) = try await self.authenticator.authenticate(customerToken: bearer) else {
-                throw APIError.unauthorized
+                throw APIError.unauthorizedCustomer
             }
             if let token = request.headers[.publisherToken] {
-                guard try await self.authenticator.publisher(token: token)?.id == tokenPublisher.id else { throw APIError.unauthorized }
+                guard try await self.authenticator.publisher(token: token)?.id == tokenPublisher.id else { throw APIError.unauthorizedCustomer }
             }
             publisher = tokenPublisher
             context.customerEmail = identity.customerEmail

@@ -54,6 +54,7 @@ struct AdminRouteTests {
                 for headers in wrong {
                     let response = try await api.send(method, uri, headers: headers, json: ["name": "x"])
                     expectError(response, .unauthorized, code: "unauthorized")
+                    #expect(response.headers[.wwwAuthenticate] == #"Bearer realm="tollgate-admin""#)
                 }
             }
             let count = try await api.services.database.query("SELECT count(*) AS n FROM publishers").first?.decode(Int.self, "n")

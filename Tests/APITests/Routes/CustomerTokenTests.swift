@@ -142,7 +142,9 @@ struct CustomerTokenTests {
                 ("tampered", tampered), ("alg none", unsigned), ("truncated", truncated), ("garbage", "not-a-token"),
                 ("huge", String(repeating: "a", count: 10_000)), ("other credentials", otherCredentials), ("no credentials claim", unbound),
             ] {
-                expectError(try await Self.bearerAccess(api, token), .unauthorized, code: "unauthorized")
+                let access = try await Self.bearerAccess(api, token)
+                expectError(access, .unauthorized, code: "unauthorized")
+                #expect(access.headers[.wwwAuthenticate] == #"Bearer realm="tollgate""#)
                 let rpc = try await Self.rpc(api, token)
                 #expect(rpc.status == .unauthorized, "\(name): \(rpc.text)")
                 expectError(rpc, .unauthorized, code: "unauthorized")
@@ -214,7 +216,9 @@ struct CustomerTokenTests {
             let (token, _) = try await Self.token(api, tenant, email: "viewer@example.com")
             let bearer: HTTPFields = [.authorization: "Bearer \(token)", .contentType: "application/json"]
             let before = try await api.streamLength()
-            expectError(try await api.send(.post, "/apple/payment", headers: bearer, json: Payment.body()), .unauthorized, code: "unauthorized")
+            let payment = try await api.send(.post, "/apple/payment", headers: bearer, json: Payment.body())
+            expectError(payment, .unauthorized, code: "unauthorized")
+            #expect(payment.headers[.wwwAuthenticate] == #"Basic realm="tollgate""#, "a publisher route names the publisher's scheme")
             expectError(try await api.send(.get, "/v1/customers/viewer%40example.com/wallet", headers: bearer), .unauthorized, code: "unauthorized")
             expectError(try await api.send(.get, "/v1/receipts/\(UUID())", headers: bearer), .unauthorized, code: "unauthorized")
             expectError(

@@ -206,4 +206,8 @@ func expectError(
     #expect((json["message"] as? String)?.isEmpty == false, "message: \(response.text)", sourceLocation: sourceLocation)
     #expect(json["code"] as? String == code, "body: \(response.text)", sourceLocation: sourceLocation)
     #expect(json["field"] as? String == field, "body: \(response.text)", sourceLocation: sourceLocation)
+    if status == .unauthorized {
+        // RFC 9110: every 401 names a scheme the route takes.
+        #expect(response.headers[.wwwAuthenticate]?.contains(#"realm="tollgate"#) == true, sourceLocation: sourceLocation)
+    }
 }
