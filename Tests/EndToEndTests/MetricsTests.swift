@@ -50,6 +50,9 @@ struct MetricsTests {
             let count = 60
             let jobs = try await ReceiptToAccessTests.postBurst(system, publisher, count: count, latencyMs: 0)
             let api = system.apiBase + "/metrics"
+            // A path no route has counts as `unmatched`, whatever the path.
+            let stray = try await system.http.execute(HTTPClientRequest(url: system.apiBase + "/no/such/route"), timeout: .seconds(10))
+            #expect(stray.status == .notFound)
 
             // No worker yet: the API's queue gauges show the backlog (sampled every 5 s).
             _ = try await Poll.until(timeout: .seconds(30), "the API's tollgate_queue_lag shows the burst") {
@@ -63,6 +66,8 @@ struct MetricsTests {
             #expect(Self.value(accepted, "tollgate_queue_pending") == 0)
             #expect(Self.value(accepted, "tollgate_queue_delayed") == 0)
             #expect(Self.value(accepted, "tollgate_queue_dead_letters") == 0)
+            #expect(Self.value(accepted, "tollgate_http_requests_total", ["route": "unmatched", "method": "GET", "status": "404"]) == 1)
+            #expect(Self.value(accepted, "tollgate_http_requests_total", ["route": "NotFound"]) == nil)
             // Routes are patterns: no job id or email reaches a label.
             #expect(!accepted.contains { $0.labels.values.contains { $0.contains("@") || jobs.contains($0) } })
 

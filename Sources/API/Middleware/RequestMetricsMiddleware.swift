@@ -22,7 +22,8 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 
     static func record(context: Context, method: String, status: Int, started: ContinuousClock.Instant) {
-        let route = context.endpointPath ?? "unmatched"
+        // Hummingbird names the path of a request no route matched "NotFound".
+        let route = context.endpointPath.flatMap { $0 == "NotFound" ? nil : $0 } ?? "unmatched"
         MetricHandles.counter("tollgate_http_requests_total", [("route", route), ("method", method), ("status", String(status))]).increment()
         MetricHandles.timer("tollgate_http_request_duration_seconds", [("route", route), ("method", method)])
             .record(duration: ContinuousClock.now - started)
