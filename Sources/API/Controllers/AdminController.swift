@@ -239,7 +239,13 @@ struct AdminController {
     }
 
     @Sendable func deadLetters(_ request: Request, context: TollgateRequestContext) async throws -> Response {
-        let limit = request.uri.queryParameters["limit"].flatMap { Int(String($0)) }.map { min(max($0, 1), 1000) } ?? 100
+        // A limit that is not a whole number is refused (an operator's script must not read 100 as "all");
+        // whole numbers are clamped to 1-1000.
+        var limit = 100
+        if let text = request.uri.queryParameters["limit"] {
+            guard let asked = Int(String(text)) else { throw APIError.invalidType("limit", expected: "a whole number from 1 to 1000") }
+            limit = min(max(asked, 1), 1000)
+        }
         return JSONBody.response(.ok, DeadLetterList(deadLetters: try await self.services.queue.deadLetters(limit: limit)))
     }
 

@@ -465,6 +465,10 @@ struct AdminRouteTests {
             #expect(try await Self.counts(api.admin(.get, "/admin/v1/queue")) == ["queued": 2, "processing": 0, "retrying": 0, "dead": 0])
             #expect(try await api.admin(.get, "/admin/v1/dead-letters").json()["deadLetters"] as? [Any] != nil)
             #expect((try await api.admin(.get, "/admin/v1/dead-letters").json()["deadLetters"] as? [Any])?.isEmpty == true)
+            for limit in ["all", "1.5", "", "10abc"] {
+                expectError(try await api.admin(.get, "/admin/v1/dead-letters?limit=\(limit)"), .badRequest, code: "invalid_type", field: "limit")
+            }
+            #expect(try await api.admin(.get, "/admin/v1/dead-letters?limit=0").status == .ok, "clamped")
 
             // Act as a worker: take the first job and dead-letter it.
             let blocking = try TestEnvironment.redis(connections: 1)
