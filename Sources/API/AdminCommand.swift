@@ -33,10 +33,15 @@ struct Admin: AsyncParsableCommand {
             guard let token = environment["TOLLGATE_ADMIN_TOKEN"], !token.isEmpty else {
                 throw Self.refuse(ConfigurationError(variable: "TOLLGATE_ADMIN_TOKEN", "is not set"))
             }
-            let variable = self.url == nil ? "TOLLGATE_ADMIN_URL" : "--url"
-            let text = self.url ?? environment["TOLLGATE_ADMIN_URL"] ?? "http://127.0.0.1:8080"
+            // As every variable is read (Configuration): trimmed, and empty means unset.
+            func given(_ value: String?) -> String? {
+                value.map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty ? nil : $0 }
+            }
+            let variable = given(self.url) == nil ? "TOLLGATE_ADMIN_URL" : "--url"
+            let text = given(self.url) ?? given(environment["TOLLGATE_ADMIN_URL"]) ?? "http://127.0.0.1:8080"
             guard let parsed = URL(string: text), ["http", "https"].contains(parsed.scheme?.lowercased()),
-                  let host = parsed.host, !host.isEmpty, parsed.query == nil, parsed.fragment == nil, parsed.user == nil
+                  let host = parsed.host, !host.isEmpty, parsed.query == nil, parsed.fragment == nil, parsed.user == nil,
+                  (1...65535).contains(parsed.port ?? 80)
             else {
                 throw Self.refuse(ConfigurationError(variable: variable, "expected http(s)://host[:port][/path], with no user, query or fragment"))
             }

@@ -99,14 +99,17 @@ struct AdminCLITests {
             let missing = try await Self.admin(system, ["queue"], token: nil)
             #expect(missing.status == 2)
             #expect(missing.error == "tollgate-api admin: invalid TOLLGATE_ADMIN_TOKEN: is not set\n")
-            for url in ["127.0.0.1:8080", "ftp://127.0.0.1:8080", "http://", "http://admin:secret@127.0.0.1:8080", "http://127.0.0.1:8080/?x=1"] {
+            for url in ["127.0.0.1:8080", "ftp://127.0.0.1:8080", "http://", "http://admin:secret@127.0.0.1:8080", "http://127.0.0.1:8080/?x=1", "http://127.0.0.1:99999", "http://127.0.0.1:0"] {
                 let unusable = try await Self.admin(system, ["queue", "--url", url], token: token)
                 #expect(unusable.status == 2, "\(url): \(unusable.error)")
                 #expect(unusable.error.hasPrefix("tollgate-api admin: invalid --url: expected http(s)://"), "\(url)")
                 #expect(!unusable.error.contains("secret"))
             }
-            let proxied = try await Self.admin(system, ["queue", "--url", system.apiBase + "/"], token: token)
+            let proxied = try await Self.admin(system, ["queue", "--url", " " + system.apiBase + "/ "], token: token)
             #expect(proxied.status == 0, "\(proxied.error)")
+            // An empty --url is unset, as an empty variable is: TOLLGATE_ADMIN_URL (the test's API) answers.
+            let empty = try await Self.admin(system, ["queue", "--url", ""], token: token)
+            #expect(empty.status == 0, "\(empty.error)")
             let hostile = try await Self.admin(system, ["requeue", "../publishers"], token: token)
             #expect(hostile.status != 0)
             #expect(hostile.error.contains("is not an id"))
