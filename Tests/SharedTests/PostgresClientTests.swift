@@ -142,6 +142,38 @@ struct PostgresClientTests {
         }
     }
 
+    @Test("a COMMIT that PostgreSQL answers with ROLLBACK (a statement in the transaction failed and was caught) throws 25P02")
+    func commitAnsweredRollback() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("CREATE TABLE t (value int NOT NULL)")
+            // The body swallows a failed statement and returns: its first insert is gone, and the caller must hear so.
+            let swallowed = await #expect(throws: PostgresError.self) {
+                try await client.withTransaction { session in
+                    try await session.query("INSERT INTO t VALUES (1)")
+                    _ = try? await session.query("INSERT INTO t VALUES (NULL)")
+                }
+            }
+            #expect(swallowed?.sqlState == "25P02")
+            // The same through a pipeline ending in COMMIT.
+            let piped = await #expect(throws: PostgresError.self) {
+                try await client.withConnection { session in
+                    try await session.query("BEGIN")
+                    _ = try? await session.query("INSERT INTO t VALUES (NULL)")
+                    try await session.pipeline([("COMMIT", [])])
+                }
+            }
+            #expect(piped?.sqlState == "25P02")
+            #expect(try await client.query("SELECT count(*)::int AS n FROM t").first?.decode(Int.self, "n") == 0)
+            // A plain ROLLBACK, and a COMMIT that commits, are no errors.
+            try await client.withConnection { session in
+                try await session.query("BEGIN")
+                try await session.query("ROLLBACK")
+            }
+            try await client.withTransaction { session in try await session.query("INSERT INTO t VALUES (2)") }
+            #expect(try await client.query("SELECT count(*)::int AS n FROM t").first?.decode(Int.self, "n") == 1)
+        }
+    }
+
     @Test("a pipeline runs its statements in order in one round trip; a failing one throws and skips the rest")
     func pipeline() async throws {
         try await TestDatabase.withFresh(connections: 1) { client, _ in

@@ -177,7 +177,17 @@ final class PostgresConnection {
             }
         }
         guard sent == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
-        return try self.results(until: deadline)
+        return try Self.checkCommit(sql, self.results(until: deadline))
+    }
+
+    /// A `COMMIT` of a transaction in which a statement failed is answered `ROLLBACK`, not an error: had
+    /// the failure been caught and the transaction carried on, its writes would vanish without a word.
+    /// That answer is an error here (25P02, "in failed SQL transaction").
+    static func checkCommit(_ sql: String, _ result: PostgresResult) throws -> PostgresResult {
+        guard result.commandTag == "ROLLBACK", sql.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("COMMIT") else {
+            return result
+        }
+        throw PostgresError(.server, sqlState: "25P02", "COMMIT rolled the transaction back: a statement in it had failed")
     }
 
     /// When the answer to a call sent now is due.
@@ -271,6 +281,9 @@ final class PostgresConnection {
             let (answer, error) = try self.readResults(until: deadline)
             if firstError == nil { firstError = error }
             guard self.isHealthy else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+            if firstError == nil, let answer {
+                do { _ = try Self.checkCommit(statements[results.count].sql, answer) } catch let error as PostgresError { firstError = error }
+            }
             results.append(answer ?? PostgresResult(rows: [], affectedRows: 0))
         }
         // Then the sync point.
@@ -341,7 +354,7 @@ final class PostgresConnection {
             rows.append(PostgresRow(columns: columns, values: values))
         }
         let affected = Int(String(cString: PQcmdTuples(result))) ?? 0
-        return PostgresResult(rows: rows, affectedRows: affected)
+        return PostgresResult(rows: rows, affectedRows: affected, commandTag: String(cString: PQcmdStatus(result)))
     }
 
     private static func message(_ pointer: UnsafeMutablePointer<CChar>?) -> String {

@@ -47,6 +47,14 @@ public struct PostgresResult: Sendable {
     public let rows: [PostgresRow]
     /// `INSERT`/`UPDATE`/`DELETE` row count (0 for other statements).
     public let affectedRows: Int
+    /// The server's command tag (`INSERT 0 1`, `COMMIT`, `ROLLBACK`, …); empty when none came.
+    public let commandTag: String
+
+    init(rows: [PostgresRow], affectedRows: Int, commandTag: String = "") {
+        self.rows = rows
+        self.affectedRows = affectedRows
+        self.commandTag = commandTag
+    }
 
     /// The first row, if any.
     public var first: PostgresRow? { self.rows.first }
