@@ -427,11 +427,13 @@ tg_start_postgres() {
     if tg_port_listening "$port"; then
       tg_die "port $port is already in use by $(tg_port_owner "$port"); cannot start PostgreSQL"
     fi
+    # pg_ctl hands -o to a shell: the socket path goes in quotes (a folder may have spaces), so it cannot hold one.
+    [[ "$dir" != *"'"* ]] || tg_die "PostgreSQL's folder cannot contain a single quote: $dir"
     mkdir -p "$dir/sock"
     chown postgres:postgres "$dir/sock"
     tg_log "starting PostgreSQL on 127.0.0.1:$port ($mode)"
     if ! tg_pg_run "$TG_PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-      -o "-c listen_addresses=127.0.0.1 -p $port -k $dir/sock -c max_connections=300 $durability" \
+      -o "-c listen_addresses=127.0.0.1 -p $port -k '$dir/sock' -c max_connections=300 $durability" \
       start >/dev/null; then
       tg_log_tail "$dir/postgres.log"
       tg_die "PostgreSQL did not start (log: $dir/postgres.log)"
