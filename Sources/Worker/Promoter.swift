@@ -3,7 +3,7 @@ import ServiceLifecycle
 import Shared
 
 /// Moves due retries from the delayed set back to the stream, puts back jobs whose stream entry
-/// vanished, and drops dead letters past the retention. Every worker runs one; each move is one atomic
+/// vanished, drops dead letters past the retention and the consumer names of workers that are gone. Every worker runs one; each move is one atomic
 /// script, so a job is never moved twice.
 struct Promoter: Service {
     let queue: ReceiptQueue
@@ -12,6 +12,10 @@ struct Promoter: Service {
     /// How long a job's status is kept (`TOLLGATE_JOB_RETENTION_S`): older dead letters are dropped.
     let retentionSeconds: Int
     let logger: Logger
+
+    /// A consumer name that holds nothing and has not read for this long is a worker that is gone: an hour,
+    /// or ten claim idle times if longer. A live worker reads at least every second.
+    var forgetConsumersAfterMilliseconds: Int { max(3_600_000, self.lostAfterMilliseconds * 10) }
 
     func run() async {
         // Its Redis calls may wait out their timeout when Redis hangs; a SIGTERM does not wait for them.
@@ -26,6 +30,8 @@ struct Promoter: Service {
                         if restored > 0 { self.logger.warning("put back jobs whose stream entry vanished", metadata: ["count": "\(restored)"]) }
                         let dropped = try await self.queue.trimDeadLetters(now: now, retentionSeconds: self.retentionSeconds)
                         if dropped > 0 { self.logger.info("dropped dead letters past the retention", metadata: ["count": "\(dropped)"]) }
+                        let forgotten = try await self.queue.forgetIdleConsumers(idleMilliseconds: self.forgetConsumersAfterMilliseconds)
+                        if forgotten > 0 { self.logger.info("removed the names of workers gone from the consumer group", metadata: ["count": "\(forgotten)"]) }
                     } catch {
                         guard !Task.isCancelled else { return }
                         self.logger.warning("cannot check for lost entries or old dead letters", metadata: ["error": "\(error)"])

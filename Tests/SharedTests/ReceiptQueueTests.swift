@@ -450,17 +450,20 @@ struct ReceiptQueueTests {
         }
     }
 
+    /// The consumer names of the group.
+    static func consumers(_ harness: Harness) async throws -> [String] {
+        try await harness.redis.send("XINFO", "CONSUMERS", harness.keys.stream, harness.keys.group).array?.compactMap { entry in
+            guard let fields = entry.array, let index = fields.firstIndex(where: { $0.string == "name" }), index + 1 < fields.count else { return nil }
+            return fields[index + 1].string
+        } ?? []
+    }
+
     @Test("a consumer leaves the group only once it holds no entry")
     func leaveGroup() async throws {
         try await Self.withQueue { harness in
             let job = Fixtures.job()
             let delivery = try await harness.enqueueAndStart(job, consumer: "worker-a")
-            func consumers() async throws -> [String] {
-                try await harness.redis.send("XINFO", "CONSUMERS", harness.keys.stream, harness.keys.group).array?.compactMap { entry in
-                    guard let fields = entry.array, let index = fields.firstIndex(where: { $0.string == "name" }), index + 1 < fields.count else { return nil }
-                    return fields[index + 1].string
-                } ?? []
-            }
+            func consumers() async throws -> [String] { try await Self.consumers(harness) }
             #expect(try await harness.queue.leaveGroup(consumer: "worker-a") == false, "it holds the job's entry")
             #expect(try await consumers() == ["worker-a"])
             try await harness.queue.finish(
@@ -469,6 +472,20 @@ struct ReceiptQueueTests {
             )
             #expect(try await harness.queue.leaveGroup(consumer: "worker-a"))
             #expect(try await consumers().isEmpty)
+        }
+    }
+
+    @Test("the names of workers gone (holding nothing, idle past the limit) are removed from the group; one holding an entry stays")
+    func forgetIdleConsumers() async throws {
+        try await Self.withQueue { harness in
+            _ = try await harness.enqueueAndStart(Fixtures.job(), consumer: "worker-a")
+            for name in ["worker-b", "worker-c"] {
+                _ = try await harness.redis.send("XGROUP", "CREATECONSUMER", harness.keys.stream, harness.keys.group, name)
+            }
+            #expect(try await Self.consumers(harness).sorted() == ["worker-a", "worker-b", "worker-c"])
+            #expect(try await harness.queue.forgetIdleConsumers(idleMilliseconds: 3_600_000) == 0, "none idle that long")
+            #expect(try await harness.queue.forgetIdleConsumers(idleMilliseconds: 0) == 2)
+            #expect(try await Self.consumers(harness) == ["worker-a"], "it holds the job's entry")
         }
     }
 

@@ -357,6 +357,27 @@ enum QueueScripts {
         return 1
         """)
 
+    /// Removes from the group the consumers that hold no entry and have not read for ARGV[2] ms: the names of
+    /// workers that crashed or were killed (a clean stop leaves the group itself). Atomic, so a consumer
+    /// cannot take an entry between the check and its removal; a live one that was removed (paused while
+    /// PostgreSQL was away) is made again by its next read. Returns how many were removed.
+    ///
+    /// KEYS: stream. ARGV: group, min idle ms.
+    static let forgetIdleConsumers = RedisScript(name: "forget_idle_consumers", source: """
+        local removed = 0
+        for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+            local fields = {}
+            for i = 1, #consumer, 2 do fields[consumer[i]] = consumer[i + 1] end
+            if fields['pending'] == 0 and fields['idle'] >= tonumber(ARGV[2]) then
+                redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], fields['name'])
+                removed = removed + 1
+            end
+        end
+        return removed
+        """)
+
     /// Every script, for loading at start.
-    static let all = [enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleMalformed, acknowledge]
+    static let all = [
+        enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleMalformed, acknowledge, forgetIdleConsumers,
+    ]
 }

@@ -245,6 +245,13 @@ public struct ReceiptQueue: Sendable {
         return try await self.redis.send("XGROUP", "DELCONSUMER", self.keys.stream, self.keys.group, consumer).int != nil
     }
 
+    /// Removes from the group the consumer names that hold nothing and have not read for `idleMilliseconds`:
+    /// those of workers that crashed or were killed, which would otherwise stay listed for good.
+    @discardableResult
+    public func forgetIdleConsumers(idleMilliseconds: Int) async throws -> Int {
+        try await self.redis.run(QueueScripts.forgetIdleConsumers, keys: [self.keys.stream], arguments: [self.keys.group, String(idleMilliseconds)]).int ?? 0
+    }
+
     /// Acknowledges an entry with nothing to record (its job is final or gone).
     public func acknowledge(_ delivery: QueueDelivery) async throws {
         _ = try await self.redis.run(QueueScripts.acknowledge, keys: [self.keys.stream], arguments: [self.keys.group, delivery.entryId])
