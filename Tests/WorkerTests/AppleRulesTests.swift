@@ -364,13 +364,24 @@ struct AppleRulesTests {
         }
     }
 
+    /// A job whose grant committed, and whose every later start died too, up to the processor's limit.
+    private static func poisonJob(_ harness: WorkerHarness) async throws -> String {
+        let (transaction, jobId) = try await Self.submitPremium(harness)
+        try await Self.fulfilThenDie(harness, jobId: jobId, expect: .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
+        _ = try await harness.redis.send("HSET", harness.queue.keys.job(jobId), "attempts", String(harness.processor.maxStarts))
+        return jobId
+    }
+
+    /// A client of a database that does not exist: every query fails at once.
+    private static func missingDatabase() throws -> PostgresClient {
+        let base = try TestEnvironment.databaseURL()
+        return PostgresClient(url: base[..<(base.lastIndex(of: "/") ?? base.endIndex)] + "/no_such_database_\(UInt32.random(in: 0...UInt32.max))", connections: 1)
+    }
+
     @Test("a job started too often without finishing, whose grant committed, ends granted, not failed")
     func poisonWithCommittedGrant() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
-            let (transaction, jobId) = try await Self.submitPremium(harness)
-            try await Self.fulfilThenDie(harness, jobId: jobId, expect: .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
-            // Every later start died too, up to the processor's limit.
-            _ = try await harness.redis.send("HSET", harness.queue.keys.job(jobId), "attempts", String(harness.processor.maxStarts))
+            let jobId = try await Self.poisonJob(harness)
             try await Self.claimAsPeer(harness, jobId: jobId)
             let record = try await harness.record(jobId)
             #expect(record.status == .granted, "\(record)")
@@ -381,12 +392,9 @@ struct AppleRulesTests {
     @Test("a poison job is not dead-lettered while PostgreSQL cannot tell whether its grant committed; it stays pending for a claim")
     func poisonWhilePostgresAway() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
-            let (transaction, jobId) = try await Self.submitPremium(harness)
-            try await Self.fulfilThenDie(harness, jobId: jobId, expect: .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
-            _ = try await harness.redis.send("HSET", harness.queue.keys.job(jobId), "attempts", String(harness.processor.maxStarts))
-            // A peer whose PostgreSQL is a database that does not exist: every query fails at once.
-            let base = try TestEnvironment.databaseURL()
-            let missing = PostgresClient(url: base[..<(base.lastIndex(of: "/") ?? base.endIndex)] + "/no_such_database_\(UInt32.random(in: 0...UInt32.max))", connections: 1)
+            let jobId = try await Self.poisonJob(harness)
+            // A peer whose PostgreSQL does not answer.
+            let missing = try Self.missingDatabase()
             try await TestEnvironment.using(missing) {
                 let away = JobProcessor(
                     queue: harness.queue,
@@ -413,9 +421,7 @@ struct AppleRulesTests {
                 jobId: jobId, publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "PREMIUM", transactionId: transaction,
                 receiptData: "e30=", appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
             )
-            // A database that does not exist: every query fails at once.
-            let base = try TestEnvironment.databaseURL()
-            let missing = PostgresClient(url: base[..<(base.lastIndex(of: "/") ?? base.endIndex)] + "/no_such_database_\(UInt32.random(in: 0...UInt32.max))", connections: 1)
+            let missing = try Self.missingDatabase()
             try await TestEnvironment.using(missing) {
                 let fulfiller = Fulfiller(catalog: harness.catalog, grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple)
                 let outcome = await fulfiller.committed(job, logger: Logger(label: "test.worker"))
