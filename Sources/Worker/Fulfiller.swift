@@ -286,22 +286,34 @@ struct Fulfiller: Sendable {
     }
 }
 
-/// Records in Redis, for every worker, that Apple verified a receipt: at most once a second per environment
-/// from one process, so a busy worker does not add a Redis call per job. Best effort: a failure only makes
-/// a 21002 look a little more like an incident, which costs that job more tries, never a wrong refusal.
+/// Counts in Redis, for every worker, the receipts Apple verifies: at most once a second per environment
+/// from one process (with what it verified meanwhile), so a busy worker does not add a Redis call per job.
+/// Best effort: a count lost or late only makes a 21002 look a little more like an incident, which costs
+/// that job more tries, never a wrong refusal.
 final class AppleVerifiedBeacon: Sendable {
-    private let lastRecorded = Mutex<[VerifyReceiptClient.Environment: Int]>([:])
-    /// How long the record lives: longer than any window a policy looks back (RetryPolicy.incidentWindow).
+    private struct Tally {
+        var recordedAt = 0
+        var unrecorded = 0
+    }
+
+    private let tallies = Mutex<[VerifyReceiptClient.Environment: Tally]>([:])
+    /// How long a count lives: longer than any window a policy looks back (RetryPolicy.incidentWindow).
     private static let lifetimeMilliseconds = 3_600_000
 
     func verified(_ environment: VerifyReceiptClient.Environment, queue: ReceiptQueue) async {
         let now = WallClock.nowMilliseconds()
-        let due = self.lastRecorded.withLock { last in
-            guard now - (last[environment] ?? 0) >= 1000 else { return false }
-            last[environment] = now
-            return true
+        let count = self.tallies.withLock { tallies in
+            var tally = tallies[environment, default: Tally()]
+            tally.unrecorded += 1
+            var due = 0
+            if now - tally.recordedAt >= 1000 {
+                due = tally.unrecorded
+                tally = Tally(recordedAt: now, unrecorded: 0)
+            }
+            tallies[environment] = tally
+            return due
         }
-        guard due else { return }
-        try? await queue.recordAppleVerified(environment, now: now, windowMilliseconds: Self.lifetimeMilliseconds)
+        guard count > 0 else { return }
+        try? await queue.recordAppleVerified(environment, count: count, now: now, lifetimeMilliseconds: Self.lifetimeMilliseconds)
     }
 }

@@ -69,7 +69,7 @@ struct ReceiptQueueTests {
         }
     }
 
-    @Test("21002 evidence: a job's own answers count once, other jobs' within the window count, a verification is seen by every worker, per environment")
+    @Test("21002 evidence: a job's own answers count once, other jobs' within the window count, verifications are counted for every worker, per environment")
     func appleEvidence() async throws {
         try await Self.withQueue { harness in
             let now = WallClock.nowMilliseconds()
@@ -77,21 +77,50 @@ struct ReceiptQueueTests {
             func answer(_ jobId: String, at time: Int, _ environment: VerifyReceiptClient.Environment = .production) async throws -> AppleEvidence {
                 try await harness.queue.appleMalformedAnswer(environment, jobId: jobId, now: time, windowMilliseconds: window)
             }
+            func verified(_ count: Int, at time: Int, _ environment: VerifyReceiptClient.Environment = .production) async throws {
+                try await harness.queue.recordAppleVerified(environment, count: count, now: time, lifetimeMilliseconds: 3_600_000)
+            }
             // One job alone, however often: nothing says Apple is in an incident.
-            #expect(try await answer("a", at: now - 2_000) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
-            #expect(try await answer("a", at: now - 1_000) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
+            #expect(try await answer("a", at: now - 2_000) == AppleEvidence(verifications: 0, otherMalformed: 0))
+            #expect(try await answer("a", at: now - 1_000) == AppleEvidence(verifications: 0, otherMalformed: 0))
             // Another job's 21002 within the window: an incident, until a receipt is verified.
             #expect(try await answer("b", at: now).looksLikeIncident)
-            #expect(try await answer("a", at: now + 1) == AppleEvidence(verifiedLately: false, otherMalformed: 1))
+            #expect(try await answer("a", at: now + 1) == AppleEvidence(verifications: 0, otherMalformed: 1))
             // Out of the window, it no longer counts.
-            #expect(try await answer("a", at: now + window + 1) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
+            #expect(try await answer("a", at: now + window + 1) == AppleEvidence(verifications: 0, otherMalformed: 0))
             // The other environment is apart.
-            #expect(try await answer("c", at: now, .sandbox) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
-            // A verification by any worker, within the window, outweighs the others' 21002s.
-            try await harness.queue.recordAppleVerified(.production, now: now + window + 2, windowMilliseconds: 3_600_000)
-            #expect(try await answer("b", at: now + window + 3) == AppleEvidence(verifiedLately: true, otherMalformed: 1))
-            #expect(try await answer("b", at: now + 2 * window + 3) == AppleEvidence(verifiedLately: false, otherMalformed: 0))
-            #expect(try await answer("c", at: now + window + 3, .sandbox).verifiedLately == false)
+            #expect(try await answer("c", at: now, .sandbox) == AppleEvidence(verifications: 0, otherMalformed: 0))
+            // Verifications by any worker within the window add up, from every stretch of it.
+            let later = now + window + 2
+            try await verified(2, at: later - window + ReceiptQueue.verificationBucketMilliseconds)
+            try await verified(5, at: later)
+            try await verified(1, at: later)
+            #expect(try await answer("b", at: later + 1) == AppleEvidence(verifications: 8, otherMalformed: 1))
+            // A stretch wholly before the window does not count.
+            try await verified(100, at: later - window - ReceiptQueue.verificationBucketMilliseconds - 1)
+            #expect(try await answer("b", at: later + 2).verifications == 8)
+            #expect(try await answer("b", at: later + 2 * window) == AppleEvidence(verifications: 0, otherMalformed: 0))
+            #expect(try await answer("c", at: later, .sandbox).verifiedLately == false)
+        }
+    }
+
+    @Test("the verification count keeps its lifetime's stretches and drops older ones once it holds twice as many")
+    func verificationCountPruned() async throws {
+        try await Self.withQueue { harness in
+            let length = ReceiptQueue.verificationBucketMilliseconds
+            let lifetime = 5 * length
+            let key = harness.queue.keys.appleVerifications(.production)
+            let start = (WallClock.nowMilliseconds() / length) * length
+            // Six stretches fit the lifetime (its five and the one under way); the count is pruned past twelve.
+            for stretch in 0..<12 {
+                try await harness.queue.recordAppleVerified(.production, count: 1, now: start + stretch * length, lifetimeMilliseconds: lifetime)
+            }
+            #expect(try await harness.redis.send("HLEN", key).int == 12)
+            try await harness.queue.recordAppleVerified(.production, count: 1, now: start + 12 * length, lifetimeMilliseconds: lifetime)
+            let kept = try await harness.redis.send("HKEYS", key).array?.compactMap { $0.string.flatMap(Int.init) }.sorted()
+            #expect(kept == Array((start / length + 7)...(start / length + 12)))
+            let ttl = try await harness.redis.send("PTTL", key).int ?? 0
+            #expect(ttl > 0 && ttl <= lifetime)
         }
     }
 

@@ -140,6 +140,40 @@ struct AppleRulesTests {
         }
     }
 
+    @Test(
+        "21002 for a share of receipts while Apple verifies others: from one answer in twenty on, an incident (the jobs retry and are granted once Apple reads them); below it, believed",
+        arguments: [(40, JobStatus.granted), (100, JobStatus.rejected)]
+    )
+    func malformedForSomeReceipts(verifiedElsewhere: Int, expected: JobStatus) async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 10)) { harness in
+            try await harness.app(Self.bundle, selling: [.premium])
+            // Apple reads receipts: this worker's and, counted in Redis, other workers'.
+            #expect(try await harness.purchase(Self.bundle, productId: "premium", offerId: "PREMIUM", email: "reader@example.com").status == .granted)
+            try await harness.queue.recordAppleVerified(
+                .production, count: verifiedElsewhere, now: WallClock.nowMilliseconds(), lifetimeMilliseconds: 3_600_000
+            )
+            // Four good receipts that Apple answers 21002 three times each: 4 against 41 answers is more
+            // than one in twenty, 4 against 101 less.
+            var jobs: [String] = []
+            for index in 0..<4 {
+                let transaction = ScenarioReceipt.transactionId()
+                let receipt = ScenarioReceipt.make(
+                    bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)],
+                    extra: ["fail": ["count": 3, "mode": "status21002"]]
+                )
+                jobs.append(try await harness.submit(email: "buyer\(index)@example.com", offerId: "PREMIUM", transactionId: transaction, receipt: receipt))
+            }
+            for job in jobs {
+                let record = try await harness.workUntilFinal(job)
+                #expect(record.status == expected)
+                #expect(record.reason == (expected == .granted ? nil : "invalid_receipt"))
+                #expect(record.attempts == (expected == .granted ? 4 : 3))
+            }
+            #expect(try await harness.access("PREMIUM", email: "buyer0@example.com").granted == (expected == .granted))
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+        }
+    }
+
     @Test("21006: a valid receipt with an expired subscription is rejected expired, reporting the subscription's greatest expiry")
     func expiredSubscription() async throws {
         try await WorkerHarness.rules(Self.bundle, selling: .monthly) { harness in

@@ -39,9 +39,10 @@ public struct QueueKeys: Sendable, Equatable {
     /// The status hash of a job.
     public func job(_ jobId: String) -> String { self.jobPrefix + jobId }
 
-    /// When a worker last had a receipt verified by Apple's `environment` (Unix ms, a string).
-    public func appleVerified(_ environment: VerifyReceiptClient.Environment) -> String {
-        "\(self.prefix):{q}:apple:verified:\(environment.rawValue)"
+    /// How many receipts Apple's `environment` verified for the workers lately: a hash from the number of a
+    /// stretch of time (Unix ms ÷ ``ReceiptQueue/verificationBucketMilliseconds``) to a count.
+    public func appleVerifications(_ environment: VerifyReceiptClient.Environment) -> String {
+        "\(self.prefix):{q}:apple:verifications:\(environment.rawValue)"
     }
 
     /// The jobs whose receipts Apple's `environment` answered 21002 lately, scored by when (Unix ms).

@@ -196,17 +196,40 @@ enum QueueScripts {
         return tonumber(due)
         """)
 
-    /// Note a 21002 answer for a job, and tell what the workers saw of that environment lately: when it
-    /// last verified a receipt, and how many other jobs got 21002 (the job's own earlier ones do not count).
+    /// Count receipts that Apple verified, in the stretch of time they were verified in; stretches older
+    /// than the oldest kept leave the count once it holds more than the most kept.
     ///
-    /// KEYS: apple verified (environment), apple malformed (environment). ARGV: jobId, now (ms), window (ms).
+    /// KEYS: apple verifications (environment). ARGV: stretch, count, oldest stretch kept, lifetime (ms), most kept.
+    static let appleVerified = RedisScript(name: "apple-verified", source: """
+        redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2])
+        redis.call('PEXPIRE', KEYS[1], ARGV[4])
+        if redis.call('HLEN', KEYS[1]) > tonumber(ARGV[5]) then
+          local oldest = tonumber(ARGV[3])
+          for _, stretch in ipairs(redis.call('HKEYS', KEYS[1])) do
+            if (tonumber(stretch) or 0) < oldest then redis.call('HDEL', KEYS[1], stretch) end
+          end
+        end
+        return 1
+        """)
+
+    /// Note a 21002 answer for a job, and tell what the workers saw of that environment lately: how many
+    /// receipts it verified, and how many other jobs got 21002 (the job's own earlier ones do not count).
+    /// A stretch of verifications counts when any of it lies within the window.
+    ///
+    /// KEYS: apple verifications (environment), apple malformed (environment). ARGV: jobId, now (ms), window (ms),
+    /// length of a stretch (ms).
     static let appleMalformed = RedisScript(name: "apple-malformed", source: """
         local now = tonumber(ARGV[2])
         local window = tonumber(ARGV[3])
+        local length = tonumber(ARGV[4])
         redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - window))
         redis.call('ZADD', KEYS[2], now, ARGV[1])
         redis.call('PEXPIRE', KEYS[2], window)
-        local verified = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+        local verified = 0
+        local counts = redis.call('HGETALL', KEYS[1])
+        for i = 1, #counts, 2 do
+          if ((tonumber(counts[i]) or 0) + 1) * length > now - window then verified = verified + (tonumber(counts[i + 1]) or 0) end
+        end
         return {verified, redis.call('ZCARD', KEYS[2]) - 1}
         """)
 
@@ -378,6 +401,6 @@ enum QueueScripts {
 
     /// Every script, for loading at start.
     static let all = [
-        enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleMalformed, acknowledge, forgetIdleConsumers,
+        enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleVerified, appleMalformed, acknowledge, forgetIdleConsumers,
     ]
 }

@@ -283,25 +283,33 @@ public struct ReceiptQueue: Sendable {
         }
     }
 
-    /// Records, for every worker, that Apple's `environment` verified a receipt at `now` (Unix ms); kept
-    /// for `windowMilliseconds`.
-    public func recordAppleVerified(_ environment: VerifyReceiptClient.Environment, now: Int, windowMilliseconds: Int) async throws {
-        _ = try await self.redis.send("SET", self.keys.appleVerified(environment), String(now), "PX", String(max(1, windowMilliseconds)))
+    /// The length of the stretches of time in which Apple's verifications are counted.
+    public static let verificationBucketMilliseconds = 10_000
+
+    /// Records, for every worker, that Apple's `environment` verified `count` receipts at about `now` (Unix ms);
+    /// counted for `lifetimeMilliseconds`. Stretches older than that are dropped once there are twice as many
+    /// as that holds, so the count is pruned rarely and stays bounded.
+    public func recordAppleVerified(_ environment: VerifyReceiptClient.Environment, count: Int, now: Int, lifetimeMilliseconds: Int) async throws {
+        let length = Self.verificationBucketMilliseconds
+        let kept = max(1, lifetimeMilliseconds / length + 1)
+        _ = try await self.redis.run(
+            QueueScripts.appleVerified, keys: [self.keys.appleVerifications(environment)],
+            arguments: [String(now / length), String(count), String(now / length - kept + 1), String(max(1, lifetimeMilliseconds)), String(2 * kept)]
+        )
     }
 
     /// Records that Apple's `environment` answered 21002 for `jobId` at `now`, and returns what every
-    /// worker saw of that environment within the last `windowMilliseconds`: whether it verified a receipt,
+    /// worker saw of that environment within the last `windowMilliseconds`: how many receipts it verified,
     /// and how many other jobs got 21002.
     public func appleMalformedAnswer(
         _ environment: VerifyReceiptClient.Environment, jobId: String, now: Int, windowMilliseconds: Int
     ) async throws -> AppleEvidence {
         let reply = try await self.redis.run(
-            QueueScripts.appleMalformed, keys: [self.keys.appleVerified(environment), self.keys.appleMalformed(environment)],
-            arguments: [jobId, String(now), String(max(1, windowMilliseconds))]
+            QueueScripts.appleMalformed, keys: [self.keys.appleVerifications(environment), self.keys.appleMalformed(environment)],
+            arguments: [jobId, String(now), String(max(1, windowMilliseconds)), String(Self.verificationBucketMilliseconds)]
         )
         let values = (reply.array ?? []).map { $0.int ?? 0 }
-        let verifiedAt = values.first ?? 0
-        return AppleEvidence(verifiedLately: verifiedAt > 0 && verifiedAt >= now - windowMilliseconds, otherMalformed: values.dropFirst().first ?? 0)
+        return AppleEvidence(verifications: values.first ?? 0, otherMalformed: values.dropFirst().first ?? 0)
     }
 
     /// Moves up to `limit` due retries back to the stream; returns how many moved.
