@@ -27,6 +27,7 @@ KUBERNETES_VALIDATE_SPEC='kubernetes-validate>=1.30,<2'
 PASSED=0
 FAILED=0
 WORK=""
+PIP_PYTHON=""
 
 # shellcheck disable=SC2317 # called from the EXIT trap
 cleanup() {
@@ -124,15 +125,16 @@ stop_timeout_problem() {
 # ---------------------------------------------------------------------------------------- python
 
 ensure_kubernetes_validate() {
-  if python3 -c 'import kubernetes_validate.utils, yaml' 2>/dev/null; then
+  PIP_PYTHON="$(tg_pip_python)" || return 1
+  if "$PIP_PYTHON" -c 'import kubernetes_validate.utils, yaml' 2>/dev/null; then
     return 0
   fi
   tg_log "installing $KUBERNETES_VALIDATE_SPEC (it bundles the Kubernetes JSON schemas)" >&2
   local attempt
   for attempt in 1 2; do
-    if PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check \
+    if PIP_ROOT_USER_ACTION=ignore "$PIP_PYTHON" -m pip install --quiet --disable-pip-version-check \
       "$KUBERNETES_VALIDATE_SPEC" </dev/null >&2; then
-      python3 -c 'import kubernetes_validate.utils, yaml' && return 0
+      "$PIP_PYTHON" -c 'import kubernetes_validate.utils, yaml' && return 0
     fi
     tg_warn "pip install $KUBERNETES_VALIDATE_SPEC failed (attempt $attempt)"
   done
@@ -144,7 +146,7 @@ check_python_side() {
   if ! ensure_kubernetes_validate; then
     fail_line "ops/k8s: kubernetes-validate is not installed and pip could not install it"
   else
-    output="$(python3 ops/lib/check_deploy.py k8s ops/k8s/*.yaml ops/k8s/examples/*.yaml 2>&1)" || status=$?
+    output="$("$PIP_PYTHON" ops/lib/check_deploy.py k8s ops/k8s/*.yaml ops/k8s/examples/*.yaml 2>&1)" || status=$?
     count "$output"
     if [[ "$status" -ne 0 ]] && ! grep -q '^FAIL ' <<<"$output"; then
       fail_line "ops/k8s: the checker stopped (exit $status)"

@@ -55,11 +55,41 @@ tg_apt_get() {
   env DEBIAN_FRONTEND=noninteractive apt-get -q -o DPkg::Lock::Timeout=300 "$@" </dev/null
 }
 
+# Whether python3 is one whose packages Debian manages (PEP 668: `pip install` refuses, or there is no pip).
+tg_python_managed() {
+  python3 - <<'PY' 2>/dev/null
+import importlib.util, os, sys, sysconfig
+marked = os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+own = sys.prefix != sys.base_prefix
+sys.exit(0 if (marked and not own) or importlib.util.find_spec("pip") is None else 1)
+PY
+}
+
+# The Python that the tests' Python tools (Schemathesis, kubernetes-validate) are installed into with
+# pip, printed: python3 itself, or where Debian manages python3 a virtual environment kept across runs
+# in TOLLGATE_PYTHON_VENV (default ~/.cache/tollgate/python), made on first use.
+tg_pip_python() {
+  local venv="${TOLLGATE_PYTHON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/python}"
+  if [[ -x "$venv/bin/python" ]]; then
+    printf '%s\n' "$venv/bin/python"
+  elif tg_python_managed; then
+    tg_log "making a Python virtual environment in $venv (python3's packages are Debian's)" >&2
+    python3 -m venv "$venv" >&2 || { rm -rf -- "$venv"; tg_warn "python3 -m venv $venv failed"; return 1; }
+    printf '%s\n' "$venv/bin/python"
+  else
+    command -v python3
+  fi
+}
+
 # Install the Debian packages the project needs, only those missing.
 tg_install_deps() {
   local -a missing=()
   tg_require_root
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  # Where Debian manages python3's packages, the tests' Python tools go into a virtual environment.
+  if ! command -v python3 >/dev/null 2>&1 || { tg_python_managed && ! python3 -c 'import ensurepip, venv' 2>/dev/null; }; then
+    missing+=(python3-venv)
+  fi
   command -v curl >/dev/null 2>&1 || missing+=(curl ca-certificates)
   command -v ss >/dev/null 2>&1 || missing+=(iproute2)
   command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)

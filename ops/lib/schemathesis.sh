@@ -113,7 +113,7 @@ st() {
 
 # ------------------------------------------------------------------ the API
 
-WORK="$(mktemp -d /tmp/tollgate-schemathesis.XXXXXX)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/tollgate-schemathesis.XXXXXX")"
 OWN_REPORT_DIR=""
 KEEP_REPORT=0
 # The temporary directory always goes; a report directory this script made goes unless a check failed.
