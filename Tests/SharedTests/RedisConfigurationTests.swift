@@ -45,7 +45,11 @@ struct RedisConfigurationTests {
 
     @Test(
         "malformed URLs throw naming the variable",
-        arguments: ["http://localhost:6379", "redis://", "redis://localhost/abc", "redis://localhost/-1", "redis://localhost:0", "", "localhost:6379"]
+        arguments: [
+            "http://localhost:6379", "redis://", "redis://localhost/abc", "redis://localhost/-1", "redis://localhost:0", "", "localhost:6379",
+            // A user name without a password: no AUTH would be sent, and every command refused later.
+            "redis://worker@localhost:6379", "redis://worker:@localhost:6379/0",
+        ]
     )
     func malformed(url: String) {
         let error = #expect(throws: ConfigurationError.self) { try RedisConfiguration(url: url, variable: "MY_REDIS") }

@@ -28,9 +28,15 @@ public struct RedisConfiguration: Sendable, Equatable {
         guard (1...65535).contains(self.port) else {
             throw ConfigurationError(variable: variable, "port must be 1-65535")
         }
-        let user = components.user.flatMap { $0.isEmpty ? nil : $0 }
-        self.username = user
+        self.username = components.user.flatMap { $0.isEmpty ? nil : $0 }
         self.password = components.password.flatMap { $0.isEmpty ? nil : $0 }
+        // Clients read `redis://word@host` differently (a user name, or a password): neither is guessed,
+        // since either guess would connect without the password meant and fail every command later.
+        if self.username != nil, self.password == nil {
+            throw ConfigurationError(
+                variable: variable, "a user name needs a password: redis://user:password@host, or redis://:password@host for a password alone"
+            )
+        }
         let path = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         if path.isEmpty {
             self.database = 0
