@@ -173,6 +173,66 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a subscription revoked by the refund of a later period is expired for a new job naming an earlier one, not granted")
+    func revokedSubscriptionForNewJob() async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let now = Date()
+            let periods = Self.subscription(now, endingInDays: -5, 25)
+            let first = periods[0]
+            var second = periods[1]
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second])).isGranted)
+            second.cancellationDateMilliseconds = Self.ms(now.addingTimeInterval(-Self.day))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, second, renewals: [first, second])) == .refunded)
+            #expect(try await world.access("a@example.com", world.subscription).granted == false)
+            // The middleware names the first period again: it ended five days ago, and nothing else is paid for.
+            let outcome = try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second]))
+            #expect(outcome == .expired(expiresAt: Self.date(first.expiresDateMilliseconds)))
+            #expect(try await world.access("a@example.com", world.subscription).granted == false)
+        }
+    }
+
+    @Test("a pass whose access a refund of a later pass revoked is expired for a new job naming it, not granted")
+    func revokedPassForNewJob() async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let now = Date()
+            let ended = AppleTransaction(
+                productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-40 * Self.day))
+            )
+            var later = AppleTransaction(
+                productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-5 * Self.day))
+            )
+            for pass in [ended, later] { #expect(try await world.grants.grant(world.request("a@example.com", world.pass, pass, verifiedAt: now)).isGranted) }
+            later.cancellationDateMilliseconds = Self.ms(now)
+            #expect(try await world.grants.grant(world.request("a@example.com", world.pass, later, verifiedAt: now)) == .refunded)
+            #expect(try await world.access("a@example.com", world.pass).granted == false)
+            let outcome = try await world.grants.grant(world.request("a@example.com", world.pass, ended, verifiedAt: now))
+            #expect(outcome == .expired(expiresAt: Self.date(ended.purchaseDateMilliseconds).addingTimeInterval(30 * Self.day)))
+        }
+    }
+
+    @Test("refunding a non-consumable takes the access back although a restore of it (same original transaction) was granted too")
+    func refundedLifetimeWithRestore() async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let bought = Self.ms(Date().addingTimeInterval(-Self.day))
+            var purchase = AppleTransaction(productId: "premium.lifetime", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: bought)
+            let restore = AppleTransaction(
+                productId: "premium.lifetime", transactionId: Fixtures.transactionId(), originalTransactionId: purchase.transactionId,
+                purchaseDateMilliseconds: Self.ms(Date())
+            )
+            #expect(try await world.grants.grant(world.request("a@example.com", world.lifetime, purchase)) == .granted(expiresAt: nil))
+            #expect(try await world.grants.grant(world.request("a@example.com", world.lifetime, restore)) == .granted(expiresAt: nil))
+            #expect(try await world.ledger(restore.transactionId) == ["fulfilled"])
+
+            purchase.cancellationDateMilliseconds = Self.ms(Date())
+            #expect(try await world.grants.grant(world.request("a@example.com", world.lifetime, purchase)) == .refunded)
+            #expect(try await world.access("a@example.com", world.lifetime) == (false, nil))
+            #expect(try await world.ledger(restore.transactionId) == ["invalidated"])
+            // A later submission of the restore, in an answer that does not show the refund, is refunded too.
+            #expect(try await world.grants.grant(world.request("a@example.com", world.lifetime, restore)) == .refunded)
+            #expect(try await world.access("a@example.com", world.lifetime).granted == false)
+        }
+    }
+
     @Test("a job's outcome is readable from the ledger by its id, only for its own publisher")
     func jobOutcomeFromLedger() async throws {
         try await Self.withWorld { world in
@@ -691,6 +751,45 @@ struct GrantStoreTests {
             request.app = tv
             #expect(try await world.grants.grant(request) == .granted(expiresAt: end))
             #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, end))
+        }
+    }
+
+    @Test("a pass bought during a subscription stays stacked after the subscription as it stood then: a refund later recomputes the same access, not 30 days more")
+    func passStackedOnceAfterSubscription() async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let now = Date()
+            let (tv, product) = try await Self.secondApp(world, selling: .nonRenewing)
+            let period = Self.period(Fixtures.transactionId(), Fixtures.transactionId(), ends: now.addingTimeInterval(10 * Self.day))
+            _ = try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period]))
+            func pass(_ daysAgo: Double) -> AppleTransaction {
+                AppleTransaction(productId: product.productId, transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-daysAgo * Self.day)))
+            }
+            func grant(_ transaction: AppleTransaction) async throws -> GrantOutcome {
+                var request = world.request("a@example.com", product, transaction, verifiedAt: now)
+                request.app = tv
+                return try await world.grants.grant(request)
+            }
+            // Bought two days ago, while the subscription runs for ten more days: after it, 40 days from now.
+            let first = pass(2)
+            #expect(try await grant(first).isGranted)
+            let stacked = Self.date(period.expiresDateMilliseconds).addingTimeInterval(30 * Self.day)
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, stacked))
+            // The subscription was renewed after that purchase, to 50 days from now: the pass's days lie within it.
+            let renewal = AppleTransaction(
+                productId: "sub.monthly", transactionId: Fixtures.transactionId(), originalTransactionId: period.originalTransactionId,
+                purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)), expiresDateMilliseconds: Self.ms(now.addingTimeInterval(50 * Self.day))
+            )
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [period, renewal]))
+            let renewed = Self.date(renewal.expiresDateMilliseconds)
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, renewed))
+            // Another pass, bought now, is refunded: what is left is the renewed subscription, which covers the first pass.
+            var second = pass(0)
+            #expect(try await grant(second).isGranted)
+            second.cancellationDateMilliseconds = Self.ms(now)
+            #expect(try await grant(second) == .refunded)
+            let access = try await world.access("a@example.com", world.subscription)
+            #expect(access.granted)
+            #expect(Self.close(access.expiresAt, renewed), "access until \(String(describing: access.expiresAt)), the renewal ends \(renewed)")
         }
     }
 

@@ -112,14 +112,17 @@ public struct GrantStore: Sendable {
             && Self.newExpiry(request: request, current: ledger.entitlement) != nil
         if ledger.state == "fulfilled", !resubscribed {
             let expiresAt = ledger.entitlement?.expiresAt ?? ledger.grantedUntil
-            if ledger.jobId != job.jobId, request.product.kind == .autoRenewable, ledger.entitlement?.active == false,
-                let end = expiresAt, end <= request.verifiedAt,
+            if ledger.jobId != job.jobId, request.product.kind == .autoRenewable || request.product.kind == .nonRenewing,
+                let entitlement = ledger.entitlement, !entitlement.active,
                 try await session.query("SELECT 1 FROM granted_jobs WHERE job_id = $1", [job.jobId]).first == nil
             {
-                // Another job granted the subscription, and it has lapsed since: this job finds nothing to
-                // grant, as a first check of it would. (Not when this job granted it itself, before a requeue.)
+                // Another job granted the subscription or pass, and the access has ended since: lapsed, or
+                // revoked by the refund of another period or pass (the revoked entitlement keeps its old
+                // end). This job finds nothing to grant, as a first check of it would, and reports when what
+                // it names ended. (Not when this job granted it itself, before a requeue.)
+                let named = request.product.kind == .autoRenewable ? Self.subscriptionEnd(request).map(Self.date) : ledger.grantedUntil
                 try await session.query("COMMIT")
-                return .expired(expiresAt: end)
+                return .expired(expiresAt: [entitlement.expiresAt, named].compactMap { $0 }.min())
             }
             try await session.pipeline(Self.grantedJob(request, ledger: ledger, expiresAt: expiresAt) + [("COMMIT", [])])
             return .granted(expiresAt: expiresAt)
@@ -520,18 +523,34 @@ public struct GrantStore: Sendable {
 
     /// Withdraws what a refunded transaction gave: when it, or another period of its subscription, was
     /// granted, the customer's access to its offer is recomputed from what the ledger still holds
-    /// (``recomputeAccess``); its coins are reversed; its ledger row is invalidated.
+    /// (``recomputeAccess``); its coins are reversed; its ledger row is invalidated, and so are a
+    /// non-consumable's restores (the same original transaction).
     private static func revoke(ledgerId: Int64, cancelledAt: Date, session: PostgresSession) async throws {
         let cancelled = try await session.query(
             """
             SELECT t.customer_email, t.offer_id, t.publisher_id, EXISTS (
-                SELECT 1 FROM transactions g WHERE g.app_id = t.app_id AND g.original_transaction_id = t.original_transaction_id
+                SELECT 1 FROM transactions g WHERE g.publisher_id = t.publisher_id AND g.app_id = t.app_id
+                  AND g.original_transaction_id = t.original_transaction_id
                   AND g.customer_email = t.customer_email AND g.offer_id = t.offer_id AND g.state = 'fulfilled'
-            ) AS granted
-            FROM transactions t WHERE t.id = $1
+            ) AS granted, p.kind = 'non_consumable' AS lifetime
+            FROM transactions t JOIN products p ON p.id = t.product_ref WHERE t.id = $1
             """,
             [ledgerId]
         ).first
+        if let cancelled, try cancelled.decode(Bool.self, "lifetime") {
+            // A non-consumable's restores (new transaction ids, one original) are the same purchase, as its
+            // claim is: refunded with it, so none of them keeps the access.
+            try await session.query(
+                """
+                UPDATE transactions o SET cancellation_date = COALESCE(o.cancellation_date, $2), state = 'invalidated',
+                    invalidated_at = COALESCE(o.invalidated_at, now()), last_error = 'refunded'
+                FROM transactions t
+                WHERE t.id = $1 AND o.publisher_id = t.publisher_id AND o.app_id = t.app_id
+                  AND o.original_transaction_id = t.original_transaction_id AND o.id <> t.id
+                """,
+                [ledgerId, cancelledAt]
+            )
+        }
         if let cancelled, try cancelled.decode(Bool.self, "granted") {
             try await Self.recomputeAccess(
                 publisherId: try cancelled.decode(UUID.self, "publisher_id"), customerEmail: try cancelled.decode(String.self, "customer_email"),
@@ -639,9 +658,10 @@ public struct GrantStore: Sendable {
             let passes = try await Self.passes(
                 publisherId: publisherId, customerEmail: customerEmail, offerId: offerId, without: refunded, with: nil, session: session
             )
-            // A pass bought while a subscription ran was stacked after the subscription's access.
+            // A pass bought while a subscription ran was stacked after the subscription's access as it stood
+            // then (its periods bought by that time), once: renewals bought later do not move it again.
             let stacked = Self.stack(passes) { bought in
-                periods.contains { ($0.bought ?? $0.ends) <= bought && bought < $0.ends } ? subscribed?.ends : nil
+                periods.filter { ($0.bought ?? $0.ends) <= bought }.map(\.ends).max().flatMap { $0 > bought ? $0 : nil }
             }
             if let subscribed, subscribed.ends >= stacked?.end ?? .distantPast {
                 left = (subscribed.ends, subscribed.by)
