@@ -595,7 +595,7 @@ struct ReceiptQueueTests {
         }
     }
 
-    @Test("Redis at maxmemory: a submission is refused whole, while the workers' scripts (start, finish, retry, dead-letter, promote, restore) still run: finishing jobs is what frees room")
+    @Test("Redis at maxmemory: a submission is refused whole, while a worker starting meanwhile prepares the queue and the workers' scripts (start, finish, retry, dead-letter, promote, restore) still run: finishing jobs is what frees room")
     func workersRunWhenFull() async throws {
         let server = try await DedicatedRedis()
         try await TestEnvironment.using(server) {
@@ -611,6 +611,8 @@ struct ReceiptQueueTests {
                     (error as? RedisError)?.isUnavailable == true
                 }
                 #expect(try await harness.xlen() == 4, "nothing of the refused submission is written")
+                // A worker starting now (a restart, or one added for the backlog) prepares the queue, then drains it.
+                try await harness.queue.prepare()
                 for delivery in deliveries {
                     guard case .ready = try await harness.queue.start(delivery, now: now, maxStarts: 100) else {
                         Issue.record("\(delivery.jobId) did not start")

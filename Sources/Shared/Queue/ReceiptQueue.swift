@@ -29,8 +29,22 @@ public struct ReceiptQueue: Sendable {
             try await self.redis.send("XGROUP", "CREATE", self.keys.stream, self.keys.group, "0", "MKSTREAM")
         } catch let error as RedisError where error.message.hasPrefix("BUSYGROUP") {
             // Another process created it first.
+        } catch let error as RedisError where error.message.hasPrefix("OOM") {
+            // Redis is full (maxmemory, noeviction) and refuses XGROUP CREATE before it looks for the group.
+            // A worker starting now (a restart, or one added for the backlog) must still drain the queue,
+            // which is what frees memory: the group being there is all this needed.
+            guard try await self.groupExists() else { throw error }
         }
         for script in QueueScripts.all { try await self.redis.load(script) }
+    }
+
+    /// Whether the stream has the workers' consumer group (a read, which Redis answers when full too).
+    private func groupExists() async throws -> Bool {
+        let groups = try await self.redis.send("XINFO", "GROUPS", self.keys.stream).array ?? []
+        return groups.contains { group in
+            let fields = group.array ?? []
+            return stride(from: 0, to: fields.count - 1, by: 2).contains { fields[$0].string == "name" && fields[$0 + 1].string == self.keys.group }
+        }
     }
 
     /// ``prepare()`` once Redis answers, retried with a backoff from 100 ms to 5 s until the task is
