@@ -723,6 +723,38 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("a job dead-lettered by its record (payload unreadable, so its claim was kept) holds its claim once when requeued, and lets it go when it ends")
+    func requeueAfterDeadLetterByRecord() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(transactionId: Fixtures.transactionId())
+            let claim = harness.keys.claim(publisherId: job.publisherId, transactionId: try #require(job.transactionId))
+            let delivery = try await harness.enqueueAndStart(job)
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            try await harness.queue.deadLetter(delivery, record: record, reason: .internal, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
+            #expect(try await harness.redis.send("GET", claim).string == job.customerEmail, "no claim key was known: the claim stays")
+
+            #expect(try await harness.queue.requeue(
+                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId,
+                now: WallClock.nowMilliseconds(), keyTTLSeconds: Self.ttl
+            ) == .requeued)
+            #expect(try await harness.redis.send("GET", claim).string == job.customerEmail, "one holder, the requeued job, not two")
+
+            // It ends without a grant: the transaction is free for another customer.
+            let again = try #require(try await harness.read("worker-a").first { $0.jobId == job.jobId })
+            guard case .ready = try await harness.queue.start(again, now: WallClock.nowMilliseconds(), maxStarts: 100) else {
+                Issue.record("the requeued job did not start")
+                return
+            }
+            try await harness.queue.finish(
+                again, job: job, status: .rejected, reason: .invalidReceipt, environment: nil, expiresAt: nil, now: WallClock.nowMilliseconds(),
+                retentionSeconds: Self.retention
+            )
+            #expect(try await harness.redis.send("GET", claim) == .null)
+            let other = Fixtures.job(publisherId: job.publisherId, customerEmail: "someone-else@example.com", transactionId: job.transactionId)
+            #expect(try await harness.queue.enqueue(other, keyTTLSeconds: Self.ttl) == .created(jobId: other.jobId))
+        }
+    }
+
     @Test("autoclaim: consumer B takes an entry consumer A has held past the minimum idle time")
     func autoclaim() async throws {
         try await Self.withQueue { harness in

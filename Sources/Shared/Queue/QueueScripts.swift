@@ -268,7 +268,10 @@ enum QueueScripts {
           redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
           redis.call('HDEL', KEYS[1], 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[7])
-          if KEYS[7] and redis.call('HGET', KEYS[1], 'claimed') == '1' then release(KEYS[7], ARGV[9]) end
+          if KEYS[7] and redis.call('HGET', KEYS[1], 'claimed') == '1' then
+            release(KEYS[7], ARGV[9])
+            redis.call('HSET', KEYS[1], 'claimed', 0)
+          end
         end
         redis.call('PUBLISH', ARGV[8], KEYS[4])
         if ARGV[1] ~= '' then
@@ -282,7 +285,8 @@ enum QueueScripts {
     /// second call finds it no longer failed. The submission's dedup key and its transaction's claim (given
     /// up when the job failed) are taken again for another key TTL, unless they name another job or customer
     /// by now: the requeued job is again what the API answers for them. A claim other unfinished jobs of
-    /// the customer hold, it holds with them; one granted to the customer is left as it is.
+    /// the customer hold, it holds with them; one granted to the customer is left as it is. A job dead-lettered
+    /// by its record (its claim key unknown then) never gave its hold up, and keeps it as one.
     ///
     /// It leaves the retry set, where a copy of it may still be parked: else the promoter would put it on the
     /// stream a second time.
@@ -316,9 +320,11 @@ enum QueueScripts {
         if KEYS[8] then
           local owner = redis.call('GET', KEYS[8])
           local held = owner and holders(owner, ARGV[4]) or 0
+          -- A job dead-lettered by its record (its payload unreadable then) kept its hold: it is not taken twice.
+          local kept = redis.call('HGET', KEYS[1], 'claimed') == '1' and held > 0
           local holds = not owner or held > 0
           redis.call('HSET', KEYS[1], 'claimed', holds and 1 or 0)
-          if holds then redis.call('SET', KEYS[8], holding(ARGV[4], held + 1), 'EX', ARGV[5]) end
+          if holds then redis.call('SET', KEYS[8], holding(ARGV[4], kept and held or held + 1), 'EX', ARGV[5]) end
         end
         redis.call('PUBLISH', ARGV[3], KEYS[4])
         return {'requeued'}
