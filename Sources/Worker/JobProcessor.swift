@@ -180,8 +180,8 @@ struct JobProcessor: Sendable {
             case .parked(let parked):
                 WorkerMetrics.job(status: .retrying, reason: reason)
                 logger.info("retrying", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(parked - now)"])
-            case .notHeld:
-                Self.notHeld(logger: logger)
+            case .notHeld, .alreadyFinal:
+                Self.notParked(parking, logger: logger)
             case .limitReached:
                 // Only the answer's own limit makes its end final (21002 three times: rejected). Out of the
                 // policy's attempts or age first, the answer was never believed: failed, to be requeued.
@@ -203,19 +203,23 @@ struct JobProcessor: Sendable {
         }
     }
 
-    /// A peer took the entry over while this worker stalled past the claim idle time (or it was already
-    /// acknowledged): its copy of the job records the outcome, and this one leaves it alone.
-    private static func notHeld(logger: Logger) {
-        logger.warning("not retrying: another worker took this job over while this one stalled")
+    /// Not parked: a peer took the entry over while this worker stalled past the claim idle time (or it was
+    /// already acknowledged), and its copy of the job records the outcome; or another copy ended the job
+    /// already, and the entry was only acknowledged. Either way this copy leaves the job alone.
+    private static func notParked(_ outcome: ParkOutcome, logger: Logger) {
+        if outcome == .alreadyFinal {
+            logger.info("not retrying: another copy of this job ended it; entry acknowledged")
+        } else {
+            logger.warning("not retrying: another worker took this job over while this one stalled")
+        }
     }
 
     /// Parks a job whose 21002 came for the last time allowed during what looks like an incident at Apple.
     private func retryDuringIncident(
         _ delivery: QueueDelivery, job: ReceiptJob, dueAt: Int, reason: JobReason, detail: String, now: Int, logger: Logger
     ) async throws {
-        guard case .parked(let parked) = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: dueAt, reason: reason, now: now) else {
-            return Self.notHeld(logger: logger)
-        }
+        let parking = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: dueAt, reason: reason, now: now)
+        guard case .parked(let parked) = parking else { return Self.notParked(parking, logger: logger) }
         WorkerMetrics.job(status: .retrying, reason: reason)
         logger.warning("retrying: other receipts got this answer too and Apple verified none lately, so it is taken for an incident", metadata: [
             "reason": "\(reason.rawValue)", "detail": "\(detail)", "delay_ms": "\(max(0, parked - now))",
@@ -234,9 +238,8 @@ struct JobProcessor: Sendable {
         }
         let now = WallClock.nowMilliseconds()
         do {
-            guard case .parked = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: now, reason: reason, now: now, counts: false) else {
-                return Self.notHeld(logger: logger)
-            }
+            let parking = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: now, reason: reason, now: now, counts: false)
+            guard case .parked = parking else { return Self.notParked(parking, logger: logger) }
             logger.info("cut off by shutdown; parked for another worker at once")
         } catch {
             logger.info("cut off by shutdown; the entry stays pending for another worker", metadata: ["error": "\(error)"])

@@ -479,6 +479,21 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("retrying a job another copy ended already only acknowledges its entry, and says so")
+    func retryFinalJob() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            // Another copy of the job (a peer's run of it) granted it.
+            try await harness.redis.send("HSET", harness.keys.job(job.jobId), "status", "granted")
+            #expect(try await harness.queue.retry(delivery, jobId: job.jobId, dueAt: now + 1000, reason: .appleUnavailable, now: now) == .alreadyFinal)
+            #expect(try await harness.queue.record(jobId: job.jobId)?.status == .granted)
+            #expect(try await harness.queue.readOwnPending(consumer: "worker-a", count: 10).isEmpty, "the entry is acknowledged")
+            #expect(try await harness.queue.counts().retrying == 0)
+        }
+    }
+
     /// The consumer names of the group.
     static func consumers(_ harness: Harness) async throws -> [String] {
         try await harness.redis.send("XINFO", "CONSUMERS", harness.keys.stream, harness.keys.group).array?.compactMap { entry in

@@ -170,7 +170,7 @@ enum QueueScripts {
     ///
     /// KEYS: job, stream, retry, inflight. ARGV: entry id, group, jobId, due (ms), reason, now, whether the
     /// attempt counts ('1' or '0'), consumer, and optionally counter field, limit and repeat due (ms). Returns
-    /// the due time (parked, or only acknowledged: the one given) | -1 (limit reached) | -2 (not held).
+    /// the due time (parked) | -1 (limit reached) | -2 (not held) | -3 (final already: only acknowledged).
     static let retry = RedisScript(name: "retry", source: """
         if #redis.call('XPENDING', KEYS[2], ARGV[2], ARGV[1], ARGV[1], 1, ARGV[8]) == 0 then return -2 end
         local due = ARGV[4]
@@ -192,8 +192,9 @@ enum QueueScripts {
           end
           redis.call('HSET', KEYS[1], 'status', 'retrying', 'reason', ARGV[5], 'nextAttemptAt', due, 'updatedAt', ARGV[6])
           redis.call('ZADD', KEYS[3], due, ARGV[3])
+          return tonumber(due)
         end
-        return tonumber(due)
+        return -3
         """)
 
     /// Count receipts that Apple verified, in the stretch of time they were verified in; stretches older

@@ -293,6 +293,7 @@ public struct ReceiptQueue: Sendable {
         case let due? where due >= 0: return .parked(dueAt: due)
         case -1: return .limitReached
         case -2: return .notHeld
+        case -3: return .alreadyFinal
         default: throw RedisError(.protocolViolation, "the retry script returned an unexpected reply")
         }
     }
