@@ -233,6 +233,26 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a stale answer that lists a refunded period as paid does not extend the access a refund left to an earlier period")
+    func staleRenewalAfterRefund() async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let now = Date()
+            let periods = Self.subscription(now, endingInDays: 10, 40)
+            let first = periods[0]
+            var second = periods[1]
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second])).isGranted)
+            var refunded = second
+            refunded.cancellationDateMilliseconds = Self.ms(now)
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, refunded]))
+            let left = Self.date(first.expiresDateMilliseconds)
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, left), "the first period is still paid for")
+            // An answer from before the refund, applied late.
+            second.cancellationDateMilliseconds = nil
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [first, second]))
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, left))
+        }
+    }
+
     @Test("a job's outcome is readable from the ledger by its id, only for its own publisher")
     func jobOutcomeFromLedger() async throws {
         try await Self.withWorld { world in

@@ -315,6 +315,14 @@ public struct GrantStore: Sendable {
 
     private static func renewals(_ periods: [String: [AppleTransaction]], evidence: Evidence, session: PostgresSession) async throws -> [Renewal] {
         guard !periods.isEmpty else { return [] }
+        // A refund the ledger holds stands, as in a grant: a stale answer that still lists the period as paid
+        // extends nothing with it.
+        let refunded = Set(try await session.query(
+            "SELECT transaction_id FROM transactions WHERE app_id = $1 AND transaction_id = ANY($2) AND cancellation_date IS NOT NULL",
+            [evidence.appId, PostgresTextArray(periods.values.flatMap { $0.map(\.transactionId) })]
+        ).rows.map { try $0.decode(String.self, "transaction_id") })
+        let periods = periods.mapValues { $0.filter { !refunded.contains($0.transactionId) } }.filter { !$0.value.isEmpty }
+        guard !periods.isEmpty else { return [] }
         let owners = try await session.query(
             "SELECT claim_key, customer_email FROM claims WHERE publisher_id = $1 AND claim_key = ANY($2) ORDER BY customer_email, claim_key",
             [evidence.publisherId, PostgresTextArray(periods.keys.map { "original:\($0)" })]
