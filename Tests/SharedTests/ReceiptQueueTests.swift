@@ -35,6 +35,12 @@ struct ReceiptQueueTests {
         func pending(_ job: ReceiptJob) async throws -> Bool {
             try await self.queue.hasPendingJob(publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId)
         }
+        /// Enqueues, reads and starts a job with a transaction id; returns it, its claim key and its delivery.
+        func enqueueClaimedAndStart() async throws -> (job: ReceiptJob, claim: String, delivery: QueueDelivery) {
+            let job = Fixtures.job(transactionId: Fixtures.transactionId())
+            let claim = self.keys.claim(publisherId: job.publisherId, transactionId: try #require(job.transactionId))
+            return (job, claim, try await self.enqueueAndStart(job))
+        }
         /// Enqueues, reads and starts one job; returns its delivery.
         func enqueueAndStart(_ job: ReceiptJob, consumer: String = "worker-a") async throws -> QueueDelivery {
             #expect(try await self.queue.enqueue(job, keyTTLSeconds: ReceiptQueueTests.ttl) == .created(jobId: job.jobId))
@@ -704,9 +710,7 @@ struct ReceiptQueueTests {
     @Test("requeue takes the submission's dedup key and its transaction's claim again, unless another job or customer holds them")
     func requeueRetakesKeys() async throws {
         try await Self.withQueue { harness in
-            let job = Fixtures.job(transactionId: Fixtures.transactionId())
-            let claim = harness.keys.claim(publisherId: job.publisherId, transactionId: try #require(job.transactionId))
-            let delivery = try await harness.enqueueAndStart(job)
+            let (job, claim, delivery) = try await harness.enqueueClaimedAndStart()
             try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
             #expect(try await harness.redis.send("GET", claim) == .null, "a failed job gives up its transaction")
             // Meanwhile the dedup key expired.
@@ -741,9 +745,7 @@ struct ReceiptQueueTests {
     @Test("a job dead-lettered by its record (payload unreadable, so its claim was kept) holds its claim once when requeued, and lets it go when it ends")
     func requeueAfterDeadLetterByRecord() async throws {
         try await Self.withQueue { harness in
-            let job = Fixtures.job(transactionId: Fixtures.transactionId())
-            let claim = harness.keys.claim(publisherId: job.publisherId, transactionId: try #require(job.transactionId))
-            let delivery = try await harness.enqueueAndStart(job)
+            let (job, claim, delivery) = try await harness.enqueueClaimedAndStart()
             let record = try #require(try await harness.queue.record(jobId: job.jobId))
             try await harness.queue.deadLetter(delivery, record: record, reason: .internal, detail: "x", now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention)
             #expect(try await harness.redis.send("GET", claim).string == job.customerEmail, "no claim key was known: the claim stays")
