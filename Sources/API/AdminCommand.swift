@@ -49,7 +49,7 @@ struct Admin: AsyncParsableCommand {
         }
 
         private static func refuse(_ error: ConfigurationError) -> ExitCode {
-            FileHandle.standardError.write(Data("tollgate-api admin: \(error)\n".utf8))
+            error.report(as: "tollgate-api admin")
             return ExitCode(2)
         }
 

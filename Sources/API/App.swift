@@ -33,7 +33,7 @@ func loadConfiguration(_ environment: [String: String], portFileVariable: String
     do {
         return try Configuration(environment: environment, portFileVariable: portFileVariable)
     } catch let error as ConfigurationError {
-        FileHandle.standardError.write(Data("tollgate-api: \(error)\n".utf8))
+        error.report(as: "tollgate-api")
         throw ExitCode(2)
     }
 }
@@ -54,7 +54,14 @@ struct Serve: AsyncParsableCommand {
         let logger = Logger(label: "tollgate.api")
         for warning in configuration.warnings { logger.warning("\(warning)") }
         let application = try await buildApplication(configuration: configuration, logger: logger)
-        try await application.run()
+        do {
+            try await application.run()
+        } catch let error as ConfigurationError {
+            // Found once a dependency answered: Redis refused the URL's credentials or database.
+            logger.error("stopping: a configuration value was refused", metadata: ["error": "\(error)"])
+            error.report(as: "tollgate-api")
+            throw ExitCode(2)
+        }
     }
 }
 

@@ -27,13 +27,19 @@ struct Consumer: Service {
     private var batch: Int { min(self.concurrency, 64) }
 
     func run() async throws {
+        // Redis may not answer yet at start: the health server answers meanwhile (live, not ready), and a
+        // SIGTERM ends the wait at once. Redis refusing the URL's credentials or database is a bad value:
+        // the error stops the worker, which exits 2 naming the variable.
+        switch await untilGracefulShutdown({ await self.queue.prepareWhenReachable(logger: self.logger) }) {
+        case .prepared?: break
+        case .refused(let error)?: throw error
+        case .cancelled?, nil: return
+        }
         let stopping = Atomic<Bool>(false)
         let slots = AsyncSemaphore(slots: self.concurrency)
         let held = HeldEntries()
+        // A SIGTERM that came since runs the handler at once.
         await withGracefulShutdownHandler {
-            // Redis may not answer yet at start: the health server answers meanwhile (live, not ready), and a
-            // SIGTERM ends the wait at once.
-            guard await untilGracefulShutdown({ await self.queue.prepareWhenReachable(logger: self.logger) }) == true else { return }
             // Runs until reading has stopped and the last job has finished, through a graceful shutdown too.
             let keeper = Task { await self.keepHeld(held) }
             await withDiscardingTaskGroup { group in
@@ -95,7 +101,12 @@ struct Consumer: Service {
                             lastClaim = ContinuousClock.now
                             claimCursor = "0-0"
                         }
-                        self.logger.warning("cannot read the queue", metadata: ["error": "\(error)"])
+                        if (error as? RedisError)?.isAccessRefused == true {
+                            // Not an outage: a password, user, database or ACL changed under a running worker.
+                            self.logger.error("Redis refused Tollgate's access: check TOLLGATE_REDIS_URL and its user's ACL", metadata: ["error": "\(error)"])
+                        } else {
+                            self.logger.warning("cannot read the queue", metadata: ["error": "\(error)"])
+                        }
                         if (error as? RedisError)?.isNoGroup == true {
                             // Redis lost the group (its data was lost or flushed; a submission's XADD made a new
                             // stream): create it again, from the stream's start, so nothing accepted is skipped.

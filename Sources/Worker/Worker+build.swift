@@ -94,6 +94,11 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     await database.shutdown()
     if let failure {
         logger.error("worker stopped with an error", metadata: ["error": "\(failure)"])
+        if let refused = failure as? ConfigurationError {
+            // Found once a dependency answered: Redis refused the URL's credentials or database.
+            refused.report(as: "tollgate-worker")
+            throw ExitCode(2)
+        }
         throw ExitCode.failure
     }
     logger.info("worker stopped")

@@ -26,7 +26,7 @@ struct Worker: AsyncParsableCommand {
         do {
             configuration = try Configuration(environment: environment, portFileVariable: "TOLLGATE_METRICS_PORT_FILE")
         } catch let error as ConfigurationError {
-            FileHandle.standardError.write(Data("tollgate-worker: \(error)\n".utf8))
+            error.report(as: "tollgate-worker")
             throw ExitCode(2)
         }
         LoggingSetup.bootstrap(format: configuration.logFormat, level: configuration.logLevel)

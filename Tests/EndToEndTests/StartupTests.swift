@@ -91,6 +91,43 @@ struct StartupTests {
     }
 
     @Test(
+        "Redis refusing the URL's database or password stops a process with exit 2, its last line naming the variable",
+        arguments: [false, true].flatMap { wrongPassword in
+            [
+                ("tollgate-api", ["serve"], ["TOLLGATE_HTTP_PORT": "0"], "TOLLGATE_HTTP_PORT_FILE", wrongPassword),
+                ("tollgate-worker", [], ["TOLLGATE_METRICS_PORT": "0"], "TOLLGATE_METRICS_PORT_FILE", wrongPassword),
+            ] as [(String, [String], [String: String], String, Bool)]
+        }
+    )
+    func refusedRedisURLExits2(
+        executable: String, arguments: [String], environment: [String: String], portFileVariable: String, wrongPassword: Bool
+    ) async throws {
+        // Redis has 16 databases unless configured otherwise; the test Redis has no password, so any is refused.
+        let password = "secret-\(UInt64.random(in: 1...UInt64.max))"
+        let url = wrongPassword ? try TestEnvironment.redisURL(password: password, database: 0) : try TestEnvironment.redisURL(database: 9999)
+        let process = try ManagedProcess(
+            executable: executable, arguments: arguments,
+            environment: environment.merging([
+                "TOLLGATE_REDIS_URL": url, "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(), "TOLLGATE_HTTP_HOST": "127.0.0.1",
+            ]) { _, new in new },
+            portFileVariable: portFileVariable
+        )
+        do {
+            #expect(try await process.waitForExit(timeout: .seconds(30)) == 2, "\(process.logTail())")
+        } catch {
+            // It kept retrying instead of stopping: the expectation above says so.
+            await process.stop()
+            throw error
+        }
+        let log = process.log()
+        let last = log.split(separator: "\n").last.map(String.init) ?? ""
+        #expect(last.hasPrefix("\(executable): invalid TOLLGATE_REDIS_URL: Redis refused it"), "\(process.logTail())")
+        #expect(last.contains(wrongPassword ? "AUTH" : "DB index"), "\(last)")
+        #expect(!log.contains(password))
+        #expect(!log.contains("Redis not ready"), "no retry makes a refused value right: \(process.logTail())")
+    }
+
+    @Test(
         "a process whose Redis takes connections and never answers stops on SIGTERM with exit 0",
         arguments: [
             ("tollgate-api", ["serve"], ["TOLLGATE_HTTP_PORT": "0"], "TOLLGATE_HTTP_PORT_FILE"),

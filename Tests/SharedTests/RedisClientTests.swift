@@ -32,15 +32,6 @@ struct RedisClientTests {
         } while cursor != "0"
     }
 
-    /// A URL for the test Redis with another path and credentials.
-    static func url(user: String? = nil, password: String? = nil, database: Int) throws -> String {
-        var components = try #require(URLComponents(string: try TestEnvironment.redisURL()))
-        components.user = user ?? (password == nil ? nil : "")
-        components.password = password
-        components.path = "/\(database)"
-        return try #require(components.string)
-    }
-
     /// A TCP port on 127.0.0.1 that nothing listens on (bound once by the kernel's choice, then released).
     static func closedPort() throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -232,7 +223,7 @@ struct RedisClientTests {
         // The kill is narrowed to a user of this test's own, so tests running alongside keep their connections.
         try await Self.withACLUser { user, password in
             let client = RedisClient(
-                configuration: try RedisConfiguration(url: try Self.url(user: user, password: password, database: 0)), connections: 3
+                configuration: try RedisConfiguration(url: try TestEnvironment.redisURL(user: user, password: password, database: 0)), connections: 3
             )
             let admin = try TestEnvironment.redis(connections: 1)
             let prefix = TestEnvironment.uniquePrefix()
@@ -273,9 +264,9 @@ struct RedisClientTests {
     func selectsDatabase() async throws {
         let prefix = TestEnvironment.uniquePrefix()
         let key = "\(prefix):db"
-        let three = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 3)), connections: 1)
-        let threeAgain = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 3)), connections: 1)
-        let zero = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 0)), connections: 1)
+        let three = RedisClient(configuration: try RedisConfiguration(url: try TestEnvironment.redisURL(database: 3)), connections: 1)
+        let threeAgain = RedisClient(configuration: try RedisConfiguration(url: try TestEnvironment.redisURL(database: 3)), connections: 1)
+        let zero = RedisClient(configuration: try RedisConfiguration(url: try TestEnvironment.redisURL(database: 0)), connections: 1)
         try await TestEnvironment.using(three, threeAgain, zero) {
             try await three.send("SET", key, "in-three")
             #expect(try await threeAgain.send("GET", key) == .bulk(Array("in-three".utf8)))
@@ -293,15 +284,16 @@ struct RedisClientTests {
         let prefix = TestEnvironment.uniquePrefix()
         let keys = (0..<20).map { "\(prefix):lost-\($0)" }
         // Redis has 16 databases unless configured otherwise; SELECT 9999 fails.
-        let missing = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 9999)), connections: 1)
-        let zero = RedisClient(configuration: try RedisConfiguration(url: try Self.url(database: 0)), connections: 1)
+        let missing = RedisClient(configuration: try RedisConfiguration(url: try TestEnvironment.redisURL(database: 9999)), connections: 1)
+        let zero = RedisClient(configuration: try RedisConfiguration(url: try TestEnvironment.redisURL(database: 0)), connections: 1)
         try await TestEnvironment.using(missing, zero) {
             // Concurrent commands are parked while the connection opens; they must wait for SELECT's answer.
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for key in keys {
                     group.addTask {
                         let error = await #expect(throws: RedisError.self) { try await missing.send("SET", key, "written") }
-                        #expect(error?.code == .connection)
+                        #expect(error?.code == .refused)
+                        #expect(error?.isAccessRefused == true)
                         #expect(error?.message.contains("DB index") == true)
                     }
                 }
@@ -312,20 +304,21 @@ struct RedisClientTests {
         }
     }
 
-    @Test("an ACL user and password in the URL authenticate; a wrong password is a connection error that hides it")
+    @Test("an ACL user and password in the URL authenticate; a wrong password is a refusal that hides it")
     func aclUser() async throws {
         try await Self.withACLUser { user, password in
-            let good = RedisClient(configuration: try RedisConfiguration(url: try Self.url(user: user, password: password, database: 0)), connections: 1)
+            let good = RedisClient(configuration: try RedisConfiguration(url: try TestEnvironment.redisURL(user: user, password: password, database: 0)), connections: 1)
             try await TestEnvironment.using(good) { () async throws in
                 #expect(try await good.send("ACL", "WHOAMI").string == user)
                 #expect(await good.ping())
             }
 
             let wrongPassword = "wrong-\(Fixtures.suffix(8))"
-            let bad = RedisClient(configuration: try RedisConfiguration(url: try Self.url(user: user, password: wrongPassword, database: 0)), connections: 1)
+            let bad = RedisClient(configuration: try RedisConfiguration(url: try TestEnvironment.redisURL(user: user, password: wrongPassword, database: 0)), connections: 1)
             try await TestEnvironment.using(bad) {
                 let error = await #expect(throws: RedisError.self) { try await bad.send("PING") }
-                #expect(error?.code == .connection)
+                #expect(error?.code == .refused)
+                #expect(error?.isAccessRefused == true)
                 #expect(error?.message.contains(wrongPassword) == false)
                 #expect(error.map { "\($0)" }?.contains(wrongPassword) == false)
                 #expect(error?.message.contains("WRONGPASS") == true)

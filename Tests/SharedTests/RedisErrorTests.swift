@@ -39,10 +39,29 @@ struct RedisErrorTests {
         #expect(!RedisError(.connection, message).isReadOnly)
     }
 
+    @Test("a refusal of Tollgate's credentials, database or permissions is told apart, and counts as unavailable", arguments: [
+        ("NOAUTH Authentication required.", true),
+        ("NOPERM User tg has no permissions to run the 'xadd' command", true),
+        ("WRONGPASS invalid username-password pair or user is disabled.", true),
+        ("NOPERM this user has no permissions to access one of the keys used as arguments", true),
+        // Redis 6.2 wraps a command refused inside a script.
+        ("ERR Error running script (call to f_5e1b): @user_script:4: @user_script: 4: -NOPERM this user has no permissions to run the 'hset' command", true),
+        ("ERR unknown command", false),
+        ("ERR NOAUTH is not a command", false),
+        ("WRONGTYPE Operation against a key holding the wrong kind of value", false),
+    ])
+    func accessRefused(message: String, expected: Bool) {
+        #expect(RedisError(.server, message).isAccessRefused == expected)
+        #expect(RedisError(.server, message).isUnavailable == expected)
+        #expect(!RedisError(.connection, message).isAccessRefused)
+    }
+
     @Test("connection failures and a closed client are unavailable")
     func connection() {
         #expect(RedisError(.connection, "Connection refused").isUnavailable)
         #expect(RedisError(.closed, "shut down").isUnavailable)
+        #expect(RedisError(.refused, "ERR DB index is out of range").isUnavailable)
+        #expect(RedisError(.refused, "ERR DB index is out of range").isAccessRefused)
         #expect(!RedisError(.protocolViolation, "odd reply").isUnavailable)
     }
 }

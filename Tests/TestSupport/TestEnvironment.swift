@@ -22,6 +22,16 @@ public enum TestEnvironment {
     /// `TOLLGATE_TEST_REDIS_URL`.
     public static func redisURL() throws -> String { try self.variable("TOLLGATE_TEST_REDIS_URL") }
 
+    /// The test Redis' URL with another user, password or database.
+    public static func redisURL(user: String? = nil, password: String? = nil, database: Int) throws -> String {
+        guard var components = URLComponents(string: try self.redisURL()) else { throw Missing(variable: "TOLLGATE_TEST_REDIS_URL") }
+        components.user = user ?? (password == nil ? nil : "")
+        components.password = password
+        components.path = "/\(database)"
+        guard let url = components.string else { throw Missing(variable: "TOLLGATE_TEST_REDIS_URL") }
+        return url
+    }
+
     /// `TOLLGATE_TEST_DATABASE_URL`: a role that may create databases.
     public static func databaseURL() throws -> String { try self.variable("TOLLGATE_TEST_DATABASE_URL") }
 

@@ -11,6 +11,10 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch let error as APIError {
             return error.response
+        } catch let error as RedisError where error.isAccessRefused {
+            // Not an outage: a password, user, database or ACL changed under a running process.
+            context.logger.error("Redis refused Tollgate's access: check TOLLGATE_REDIS_URL and its user's ACL", metadata: ["error": "\(error)"])
+            return APIError.unavailable("the queue").response
         } catch let error as RedisError where error.isUnavailable {
             context.logger.warning("Redis unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the queue").response

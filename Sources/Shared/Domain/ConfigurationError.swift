@@ -1,3 +1,5 @@
+import Foundation
+
 /// A configuration value that cannot be used; processes print it as one line and exit with code 2.
 public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
     /// The environment variable (or flag) at fault.
@@ -12,4 +14,11 @@ public struct ConfigurationError: Error, Equatable, CustomStringConvertible {
     }
 
     public var description: String { "invalid \(self.variable): \(self.problem)" }
+
+    /// Writes the contract's one line for it, `<program>: invalid VARIABLE: problem`, to standard error,
+    /// after any log lines still held: the line that says why the process stops is the last.
+    public func report(as program: String) {
+        LogOutput.standardError.flush()
+        FileHandle.standardError.write(Data("\(program): \(self)\n".utf8))
+    }
 }

@@ -47,16 +47,31 @@ public struct ReceiptQueue: Sendable {
         }
     }
 
+    /// How ``prepareWhenReachable(logger:)`` ended.
+    public enum Preparation: Sendable, Equatable {
+        /// The queue is prepared.
+        case prepared
+        /// The task was cancelled first.
+        case cancelled
+        /// Redis answered and refused Tollgate's credentials, database or permissions
+        /// (``RedisError/isAccessRefused``): a bad `TOLLGATE_REDIS_URL`, which a process reports as any
+        /// bad value at start (one line naming the variable, exit code 2).
+        case refused(ConfigurationError)
+    }
+
     /// ``prepare()`` once Redis answers, retried with a backoff from 100 ms to 5 s until the task is
-    /// cancelled; then a warning if Redis could lose accepted receipts. Returns whether the queue got
-    /// prepared.
-    public func prepareWhenReachable(logger: Logger) async -> Bool {
+    /// cancelled; then a warning if Redis could lose accepted receipts. A refusal of Tollgate's access
+    /// ends it at once: no retry makes a wrong password right.
+    public func prepareWhenReachable(logger: Logger) async -> Preparation {
         var delay = 100
         while !Task.isCancelled {
             do {
                 try await self.prepare()
                 await RedisSafety.warnIfUnsafe(redis: self.redis, logger: logger)
-                return true
+                return .prepared
+            } catch let error as RedisError where error.isAccessRefused {
+                // Redis' own text ("WRONGPASS …", "ERR DB index is out of range"): never the password.
+                return .refused(ConfigurationError(variable: "TOLLGATE_REDIS_URL", "Redis refused it: \(error.message)"))
             } catch {
                 guard !Task.isCancelled else { break }
                 logger.warning("Redis not ready; retrying", metadata: ["error": "\(error)"])
@@ -64,7 +79,7 @@ public struct ReceiptQueue: Sendable {
                 delay = min(delay * 2, 5000)
             }
         }
-        return false
+        return .cancelled
     }
 
     // MARK: Submitting

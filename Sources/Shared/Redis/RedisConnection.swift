@@ -230,7 +230,7 @@ final class RedisConnection {
             for case .failure(let error) in replies {
                 self.drop()
                 // The AUTH error text is Redis' own ("WRONGPASS …"); it never contains the password.
-                throw RedisError(.connection, "setup failed: \(error.message)")
+                throw RedisError(.refused, error.message)
             }
         }
     }

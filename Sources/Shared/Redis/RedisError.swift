@@ -6,13 +6,15 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     /// What kind of failure this is.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         fileprivate enum Base: String, Hashable, Sendable {
-            case connection, server, protocolViolation, closed
+            case connection, refused, server, protocolViolation, closed
         }
 
         fileprivate let base: Base
 
         /// The connection could not be made, or broke while the command was in flight.
         public static let connection = Code(base: .connection)
+        /// Redis refused the connection's `AUTH` or `SELECT` (a wrong password, user or database number).
+        public static let refused = Code(base: .refused)
         /// Redis answered with an error reply.
         public static let server = Code(base: .server)
         /// Redis answered with something this client does not understand.
@@ -41,16 +43,25 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     public var isNoGroup: Bool { self.code == .server && self.message.hasPrefix("NOGROUP") }
 
     /// Whether the failure is one of reaching Redis rather than of the command itself.
-    public var isConnectionFailure: Bool { self.code == .connection || self.code == .closed }
+    public var isConnectionFailure: Bool { self.code == .connection || self.code == .refused || self.code == .closed }
+
+    /// Whether Redis refused Tollgate's credentials, database or permissions: a connection's `AUTH` or
+    /// `SELECT` failed, or a command was refused for want of them (`NOAUTH`, `NOPERM`). What
+    /// `TOLLGATE_REDIS_URL` says (or what Redis' ACL gives its user) must change; retrying will not help
+    /// until it does.
+    public var isAccessRefused: Bool {
+        self.code == .refused || (self.code == .server && ["NOAUTH", "NOPERM", "WRONGPASS"].contains(self.errorCode))
+    }
 
     /// Whether Redis cannot serve right now and the same command may succeed shortly: unreachable, or
     /// reachable but still loading its data, without a primary, mid-failover, out of memory (`maxmemory`
     /// with `noeviction`), unable to persist (`MISCONF`), busy with a long script, or short of replicas.
     /// A command refused inside a script counts too: Redis 7 puts its error code first, Redis 6 wraps it
     /// (`ERR Error running script (…): @user_script:12: -OOM …`).
-    /// So is a server at `maxclients`, which answers a new connection with an error before closing it.
+    /// So is a server at `maxclients`, which answers a new connection with an error before closing it,
+    /// and one that refuses Tollgate's access (``isAccessRefused``): nothing can be done until that changes.
     public var isUnavailable: Bool {
-        if self.isConnectionFailure { return true }
+        if self.isConnectionFailure || self.isAccessRefused { return true }
         guard self.code == .server else { return false }
         if self.message.hasPrefix("ERR max number of clients reached") { return true }
         return ["LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "OOM", "MISCONF", "BUSY", "NOREPLICAS"].contains(self.errorCode)

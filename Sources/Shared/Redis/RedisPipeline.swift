@@ -281,7 +281,7 @@ final class RedisReplyHandler: ChannelInboundHandler {
                     }
                 case (.setup, .failure(let error)):
                     // The AUTH error text is Redis' own ("WRONGPASS …"); it never contains the password.
-                    return self.fail(context, RedisError(.connection, "setup failed: \(error.message)"))
+                    return self.fail(context, RedisError(.refused, error.message))
                 case (.setup(let done), .success):
                     done?()
                 }
