@@ -69,7 +69,9 @@ func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -
     let unmatched = UnmatchedRouteMiddleware<TollgateRequestContext>()
     router.add(middleware: unmatched)
 
-    OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database).register(on: router)
+    OperationsRoutes<TollgateRequestContext>(
+        registry: registry, redis: services.redis, database: services.database, schema: SchemaCheck(database: services.database)
+    ).register(on: router)
 
     router.get("/openapi.yaml") { _, _ in
         Response(

@@ -5,7 +5,8 @@ import Synchronization
 
 /// Reads the stream as one consumer of the workers' group and keeps up to `concurrency` jobs in flight.
 ///
-/// On start it first replays the entries this consumer name still holds; then it reads new entries and,
+/// On start it waits for Redis and for the database schema this build needs, then replays the entries
+/// this consumer name still holds; then it reads new entries and,
 /// every claim interval, takes over entries that a dead or stalled worker has held too long. While a job
 /// runs longer than a fraction of the claim idle time, it tells the group the entry is still held, so a
 /// live worker's slow job is never claimed and run a second time. While a job finds PostgreSQL away, it
@@ -17,6 +18,8 @@ struct Consumer: Service {
     let reader: RedisClient
     /// Probed while PostgreSQL is away (``DatabaseWatch``).
     let database: PostgresClient
+    /// Waited for before the first job: a schema behind this build would fail every grant.
+    let schema: SchemaCheck
     let processor: JobProcessor
     let name: String
     let concurrency: Int
@@ -35,6 +38,7 @@ struct Consumer: Service {
         case .refused(let error)?: throw error
         case .cancelled?, nil: return
         }
+        guard await untilGracefulShutdown({ await self.schema.waitUntilCurrent(logger: self.logger) }) == true else { return }
         let stopping = Atomic<Bool>(false)
         let slots = AsyncSemaphore(slots: self.concurrency)
         let held = HeldEntries()

@@ -33,8 +33,9 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
         queue: queue, fulfiller: fulfiller, retry: configuration.retry, retentionSeconds: configuration.jobRetentionSeconds,
         recordPatience: .milliseconds(configuration.claimMinIdleMilliseconds), logger: logger
     )
+    let schema = SchemaCheck(database: database)
     let consumer = Consumer(
-        queue: queue, reader: reader, database: database, processor: processor, name: configuration.workerName,
+        queue: queue, reader: reader, database: database, schema: schema, processor: processor, name: configuration.workerName,
         concurrency: configuration.workerConcurrency, claimMinIdleMilliseconds: configuration.claimMinIdleMilliseconds,
         logger: logger
     )
@@ -47,7 +48,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     router.add(middleware: HeadRequestMiddleware())
     let unmatched = UnmatchedRouteMiddleware<BasicRequestContext>()
     router.add(middleware: unmatched)
-    OperationsRoutes<BasicRequestContext>(registry: registry, redis: redis, database: database).register(on: router)
+    OperationsRoutes<BasicRequestContext>(registry: registry, redis: redis, database: database, schema: schema).register(on: router)
     unmatched.learnRoutes(of: router)
     let portFile = configuration.portFile
     let operations = Application(

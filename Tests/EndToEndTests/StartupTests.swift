@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import Shared
 import Testing
 import TestSupport
 
@@ -125,6 +126,78 @@ struct StartupTests {
         #expect(last.contains(wrongPassword ? "AUTH" : "DB index"), "\(last)")
         #expect(!log.contains(password))
         #expect(!log.contains("Redis not ready"), "no retry makes a refused value right: \(process.logTail())")
+    }
+
+    @Test(
+        "a process whose database lacks a migration is not ready, and a worker takes no job, until the migration runs",
+        arguments: [
+            ("tollgate-api", ["serve"], ["TOLLGATE_HTTP_PORT": "0"], "TOLLGATE_HTTP_PORT_FILE"),
+            ("tollgate-worker", [], ["TOLLGATE_METRICS_PORT": "0"], "TOLLGATE_METRICS_PORT_FILE"),
+        ] as [(String, [String], [String: String], String)]
+    )
+    func schemaBehind(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
+        let latest = try #require(Migrations.all.last)
+        let databaseURL = try await TestEnvironment.freshDatabase(migrations: Array(Migrations.all.dropLast()))
+        let prefix = TestEnvironment.uniquePrefix()
+        let redis = try TestEnvironment.redis()
+        let queue = ReceiptQueue(redis: redis, prefix: prefix)
+        let process = try ManagedProcess(
+            executable: executable, arguments: arguments,
+            environment: environment.merging([
+                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": databaseURL,
+                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_QUEUE_PREFIX": prefix,
+            ]) { _, new in new },
+            portFileVariable: portFileVariable
+        )
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        let database = PostgresClient(url: databaseURL, connections: 1)
+        do {
+            try await queue.prepare()
+            // A job waiting in the queue: a worker that ran ahead of the schema would spend its attempts.
+            let job = ReceiptJob(
+                jobId: UUID().uuidString.lowercased(), publisherId: UUID(), customerEmail: "schema@example.com", offerId: "S123456789_ZZ",
+                transactionId: nil, receiptData: "AAAA", appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+            )
+            guard case .created = try await queue.enqueue(job, keyTTLSeconds: 3600) else { throw ManagedProcess.Failure("not created") }
+            let port = try await process.port(timeout: .seconds(30))
+            func ready() async throws -> (UInt, String) {
+                let answer = try await http.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/health/ready"), timeout: .seconds(10))
+                return (answer.status.code, String(buffer: try await answer.body.collect(upTo: 1 << 16)))
+            }
+            // Redis and PostgreSQL both answer: what keeps it unready is the schema, and it says so.
+            let behind = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(50), "readiness to name the schema") {
+                let (status, body) = try await ready()
+                return status == 503 && body.contains("migration \(latest.version) not applied") ? body : nil
+            }
+            #expect(behind.contains("tollgate-api migrate"), "\(behind)")
+            if executable == "tollgate-worker" {
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(50), "the worker to say what it waits for") {
+                    process.log().contains("waiting for the database schema") ? true : nil
+                }
+                #expect(try await queue.record(jobId: job.jobId)?.status == .queued)
+            }
+            try await Migrator(database: database, logger: TestEnvironment.migrationLogger).migrate()
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(50), "readiness once migrated") {
+                try await ready().0 == 200 ? true : nil
+            }
+            if executable == "tollgate-worker" {
+                // Taken now: its publisher does not exist, so it ends; what matters is that it left the queue.
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(50), "the worker to take the job") {
+                    try await queue.record(jobId: job.jobId).map { $0.status != .queued ? true : nil } ?? nil
+                }
+            }
+            process.signal(SIGTERM)
+            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+        } catch {
+            await process.stop()
+            try? await http.shutdown()
+            await redis.shutdown()
+            await database.shutdown()
+            throw error
+        }
+        try await http.shutdown()
+        await redis.shutdown()
+        await database.shutdown()
     }
 
     @Test(

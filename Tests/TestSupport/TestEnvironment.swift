@@ -51,8 +51,8 @@ public enum TestEnvironment {
         RedisClient(configuration: try RedisConfiguration(url: self.redisURL()), connections: connections)
     }
 
-    /// Creates an empty database, applies the migrations, and returns its URL.
-    public static func freshDatabase() async throws -> String {
+    /// Creates an empty database, applies the migrations (every one unless told), and returns its URL.
+    public static func freshDatabase(migrations: [Migrations.Migration] = Migrations.all) async throws -> String {
         let adminURL = try self.databaseURL()
         let name = "tg_" + Hex.encode((0..<8).map { _ in UInt8.random(in: 0...255) })
         let admin = PostgresClient(url: adminURL, connections: 1)
@@ -69,7 +69,7 @@ public enum TestEnvironment {
         guard let url = components.string else { throw Missing(variable: "TOLLGATE_TEST_DATABASE_URL") }
         let database = PostgresClient(url: url, connections: 1)
         do {
-            try await Migrator(database: database, logger: Self.migrationLogger).migrate()
+            try await Migrator(database: database, logger: Self.migrationLogger).migrate(migrations)
             await database.shutdown()
         } catch {
             await database.shutdown()

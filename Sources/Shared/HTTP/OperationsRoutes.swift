@@ -5,7 +5,7 @@ import Prometheus
 
 /// `/health/live`, `/health/ready` and `/metrics`, served the same way by the API and the worker.
 public struct OperationsRoutes<Context: RequestContext>: Sendable {
-    /// Names the dependencies that are not reachable; an empty list means ready.
+    /// Names the dependencies that are not reachable or not ready; an empty list means ready.
     public typealias ReadinessCheck = @Sendable () async -> [String]
 
     private let registry: PrometheusCollectorRegistry
@@ -17,14 +17,19 @@ public struct OperationsRoutes<Context: RequestContext>: Sendable {
         self.readiness = readiness
     }
 
-    /// Creates the routes with the readiness of Tollgate's two dependencies.
-    public init(registry: PrometheusCollectorRegistry, redis: RedisClient, database: PostgresClient) {
+    /// Creates the routes with the readiness of Tollgate's two dependencies: both reachable, and the
+    /// database's schema current for this build.
+    public init(registry: PrometheusCollectorRegistry, redis: RedisClient, database: PostgresClient, schema: SchemaCheck) {
         self.init(registry: registry) {
             async let redisUp = redis.ping()
             async let databaseUp = database.ping()
             var down: [String] = []
             if await !redisUp { down.append("redis") }
-            if await !databaseUp { down.append("postgresql") }
+            if await !databaseUp {
+                down.append("postgresql")
+            } else if let problem = await schema.readinessProblem() {
+                down.append(problem)
+            }
             return down
         }
     }
@@ -39,7 +44,7 @@ public struct OperationsRoutes<Context: RequestContext>: Sendable {
             if down.isEmpty { return JSONBody.response(.ok, ["status": "ready"]) }
             var response = JSONBody.response(
                 .serviceUnavailable,
-                ["status": "unavailable", "message": "not reachable: \(down.joined(separator: ", "))", "code": "dependency_unavailable"]
+                ["status": "unavailable", "message": "not ready: \(down.joined(separator: ", "))", "code": "dependency_unavailable"]
             )
             response.headers[.retryAfter] = "5"
             return response

@@ -1,0 +1,72 @@
+import Logging
+import Synchronization
+
+/// Whether the database has every migration this build needs (``Migrations/all``), for readiness and
+/// before a worker takes jobs.
+///
+/// A build that runs ahead of its migration (a deploy that rolled the binaries out before
+/// `tollgate-api migrate` ran, or a boot where the migration failed) would fail every grant on a missing
+/// table or column and burn each job's attempts; instead it reports not ready until the schema is there.
+/// A schema ahead of the build is fine: migrations only add. Once found current, the schema is not read
+/// again: migrations never go back.
+public final class SchemaCheck: Sendable {
+    private let database: PostgresClient
+    private let required: [Int]
+    private let current = Atomic<Bool>(false)
+
+    /// Creates a check for `migrations` (every one this build has, by default).
+    public init(database: PostgresClient, migrations: [Migrations.Migration] = Migrations.all) {
+        self.database = database
+        self.required = migrations.map(\.version).sorted()
+    }
+
+    /// The versions this build needs and the database lacks, in order; empty when current.
+    public func missing() async throws -> [Int] {
+        if self.current.load(ordering: .relaxed) { return [] }
+        let applied: Set<Int>
+        do {
+            applied = Set(try await self.database.query("SELECT version FROM schema_migrations").rows.map { try $0.decode(Int.self, "version") })
+        } catch let error as PostgresError where error.sqlState == "42P01" {
+            // No migration ever ran here.
+            applied = []
+        }
+        let missing = self.required.filter { !applied.contains($0) }
+        if missing.isEmpty { self.current.store(true, ordering: .relaxed) }
+        return missing
+    }
+
+    /// What readiness names while the schema is behind, or nil when it is current (or cannot be read:
+    /// the database's own check reports that).
+    public func readinessProblem() async -> String? {
+        guard let missing = try? await self.missing(), !missing.isEmpty else { return nil }
+        return "postgresql schema (\(Self.describe(missing)))"
+    }
+
+    /// Returns once the schema is current (true), or when the task is cancelled (false). Says in the log
+    /// what is missing and what to run, at once and then every minute.
+    public func waitUntilCurrent(logger: Logger, interval: Duration = .seconds(2)) async -> Bool {
+        var lastReport: ContinuousClock.Instant?
+        while !Task.isCancelled {
+            do {
+                let missing = try await self.missing()
+                if missing.isEmpty {
+                    if lastReport != nil { logger.info("the database schema is current; starting") }
+                    return true
+                }
+                if lastReport.map({ ContinuousClock.now - $0 >= .seconds(60) }) ?? true {
+                    logger.error("waiting for the database schema: \(Self.describe(missing))")
+                    lastReport = .now
+                }
+            } catch {
+                // PostgreSQL away: readiness says so; try again.
+                logger.debug("cannot read the schema's version", metadata: ["error": "\(error)"])
+            }
+            try? await Task.sleep(for: interval)
+        }
+        return false
+    }
+
+    private static func describe(_ missing: [Int]) -> String {
+        "migration\(missing.count == 1 ? "" : "s") \(missing.map(String.init).joined(separator: ", ")) not applied: run `tollgate-api migrate`"
+    }
+}
