@@ -6,12 +6,12 @@ import Synchronization
 /// Reads the stream as one consumer of the workers' group and keeps up to `concurrency` jobs in flight.
 ///
 /// On start it waits for Redis and for the database schema this build needs, then replays the entries
-/// this consumer name still holds; then it reads new entries and,
-/// every claim interval, takes over entries that a dead or stalled worker has held too long. While a job
-/// runs longer than a fraction of the claim idle time, it tells the group the entry is still held, so a
-/// live worker's slow job is never claimed and run a second time. While a job finds PostgreSQL away, it
-/// starts nothing new (``DatabaseWatch``). On graceful shutdown it stops reading
-/// and lets the jobs in flight finish (the service group's grace period bounds that; jobs cut off then are
+/// this consumer name still holds; then it reads new entries and, every claim interval, takes over
+/// entries that a dead or stalled worker has held too long. While a job runs longer than a fraction of
+/// the claim idle time, it tells the group the entry is still held, so a live worker's slow job is never
+/// claimed and run a second time. While a job finds PostgreSQL away, it starts nothing new, and then one
+/// job at a time until one goes through (``DatabaseWatch``). On graceful shutdown it stops reading and
+/// lets the jobs in flight finish (the service group's grace period bounds that; jobs cut off then are
 /// parked for other workers to take at once).
 struct Consumer: Service {
     let queue: ReceiptQueue
@@ -60,7 +60,14 @@ struct Consumer: Service {
                     if watch.isAway, await !watch.untilBack(self.database, logger: self.logger, stopping: { stopping.load(ordering: .relaxed) }) {
                         break
                     }
-                    await slots.acquire()
+                    // On trial (PostgreSQL answered a probe after an outage): one job, alone, so that it alone tells.
+                    let onTrial = watch.isOnTrial
+                    if onTrial {
+                        for _ in 0..<self.concurrency { await slots.acquire() }
+                        slots.release(self.concurrency - 1)
+                    } else {
+                        await slots.acquire()
+                    }
                     // A SIGTERM or a cancellation that came while every slot was busy: take nothing new. Nor
                     // while PostgreSQL went away meanwhile (the jobs that freed the slots found it so): the
                     // loop's top waits for it.
@@ -72,7 +79,7 @@ struct Consumer: Service {
                         slots.release()
                         continue
                     }
-                    let free = 1 + slots.tryAcquire(upTo: self.batch - 1)
+                    let free = onTrial ? 1 : 1 + slots.tryAcquire(upTo: self.batch - 1)
                     let deliveries: [QueueDelivery]
                     do {
                         if let cursor = ownPendingCursor {
@@ -134,7 +141,7 @@ struct Consumer: Service {
                             continue
                         }
                         group.addTask {
-                            await self.processor.process(delivery)
+                            await self.processor.process(delivery, onTrial: onTrial)
                             held.remove(delivery.entryId)
                             slots.release()
                         }

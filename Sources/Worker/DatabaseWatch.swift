@@ -4,17 +4,48 @@ import Synchronization
 
 /// Whether PostgreSQL takes this worker's grants, as its jobs find it.
 ///
-/// A job whose attempt finds PostgreSQL away (unreachable, not answering in time, refusing writes) says so
-/// here, and the consumer then starts no new job until a probe finds PostgreSQL taking writes again. Else
-/// every waiting job would spend its attempts on the outage, each failing at once, and end `failed`
-/// after `TOLLGATE_RETRY_MAX_ATTEMPTS` (about 20 minutes with the defaults) though nothing was wrong with it.
-/// The jobs already running when it went away are parked as usual; they wait on the stream with the rest.
+/// A job whose attempt finds PostgreSQL away (unreachable, not answering in time, refusing writes, out of
+/// storage) says so here, and the consumer then starts no new job until a probe finds PostgreSQL taking
+/// writes again. Else every waiting job would spend its attempts on the outage, each failing at once, and
+/// end `failed` after `TOLLGATE_RETRY_MAX_ATTEMPTS` (about 20 minutes with the defaults) though nothing was
+/// wrong with it. The jobs already running when it went away are parked without spending the attempt.
+///
+/// A probe cannot see every outage: a primary whose disk is full answers it, and fails only the writes
+/// that need space. So a probe that passes opens a trial: the consumer runs one job at a time until one
+/// runs without finding PostgreSQL away. A trial job that finds it away again spends its attempt (so a job
+/// that itself makes PostgreSQL fail cannot loop for good), and the next probe waits longer, doubling from
+/// the probe interval up to 30 s.
 final class DatabaseWatch: Sendable {
-    private let away = Atomic<Bool>(false)
+    private struct State {
+        var away = false
+        var onTrial = false
+        /// Trials in a row that found PostgreSQL away again.
+        var failedTrials = 0
+    }
 
-    /// Notes what an attempt ran into.
-    func note(_ error: any Error) {
-        if let error = error as? PostgresError, Self.isOutage(error) { self.away.store(true, ordering: .relaxed) }
+    private let state = Mutex(State())
+
+    /// Notes what an attempt ran into; returns whether it was PostgreSQL away.
+    @discardableResult
+    func note(_ error: any Error) -> Bool {
+        guard let error = error as? PostgresError, Self.isOutage(error) else { return false }
+        self.state.withLock { state in
+            if state.onTrial {
+                state.onTrial = false
+                state.failedTrials += 1
+            }
+            state.away = true
+        }
+        return true
+    }
+
+    /// Notes an attempt that ran to its outcome without finding PostgreSQL away: a trial ends.
+    func noteWorked() {
+        self.state.withLock { state in
+            guard state.onTrial, !state.away else { return }
+            state.onTrial = false
+            state.failedTrials = 0
+        }
     }
 
     /// PostgreSQL itself away (unreachable, refusing writes, out of resources or storage), not one
@@ -29,18 +60,41 @@ final class DatabaseWatch: Sendable {
     }
 
     /// Whether a job found PostgreSQL away since the last probe that found it back.
-    var isAway: Bool { self.away.load(ordering: .relaxed) }
+    var isAway: Bool { self.state.withLock { $0.away } }
 
-    /// Probes `database` every `interval` until it takes writes again (true), or `stopping` says so (false).
+    /// Whether a probe found PostgreSQL back and no job has run through it since: one job at a time.
+    var isOnTrial: Bool { self.state.withLock { $0.onTrial && !$0.away } }
+
+    /// How long to wait before probing, after `failedTrials` trials in a row found PostgreSQL away again.
+    static func pause(afterFailedTrials failedTrials: Int, interval: Duration) -> Duration {
+        failedTrials == 0 ? .zero : min(interval * (1 << min(failedTrials - 1, 5)), .seconds(30))
+    }
+
+    /// Probes `database` every `interval` until it takes writes again (true: a trial opens), or `stopping`
+    /// says so (false).
     func untilBack(_ database: PostgresClient, interval: Duration = .seconds(1), logger: Logger, stopping: () -> Bool) async -> Bool {
-        logger.warning("PostgreSQL is away: taking no new job until it takes writes again, so waiting jobs keep their attempts")
+        let failedTrials = self.state.withLock { $0.failedTrials }
+        if failedTrials == 0 {
+            logger.warning("PostgreSQL is away: taking no new job until it takes writes again, so waiting jobs keep their attempts")
+        }
+        var pause = Self.pause(afterFailedTrials: failedTrials, interval: interval)
+        if pause > .zero {
+            logger.warning("PostgreSQL answers but failed the job tried on it; trying another later", metadata: [
+                "failed_trials": "\(failedTrials)", "retry_in": "\(pause)",
+            ])
+        }
         while !stopping(), !Task.isCancelled {
+            if pause > .zero { try? await Task.sleep(for: pause) }
+            pause = interval
+            guard !stopping(), !Task.isCancelled else { break }
             if await Self.takesWrites(database) {
-                self.away.store(false, ordering: .relaxed)
-                logger.info("PostgreSQL takes writes again: taking jobs")
+                self.state.withLock { state in
+                    state.away = false
+                    state.onTrial = true
+                }
+                logger.info("PostgreSQL answers again: trying one job before taking more")
                 return true
             }
-            try? await Task.sleep(for: interval)
         }
         return false
     }

@@ -19,21 +19,24 @@ struct Fulfiller: Sendable {
     let products = ExpiringCache<UUID, [Product]>(lifetime: 5)
     let apps = ExpiringCache<UUID, [App]>(lifetime: 5)
 
-    /// Runs the job to an outcome; database and network failures come back as retries, not throws.
+    /// Runs the job to an outcome; database and network failures come back as retries (PostgreSQL away as
+    /// an outage), not throws.
     func fulfil(_ job: ReceiptJob, logger: Logger) async -> FulfilmentOutcome {
         do {
-            return try await self.run(job, logger: logger)
+            let outcome = try await self.run(job, logger: logger)
+            self.database.noteWorked()
+            return outcome
         } catch {
-            self.database.note(error)
             logger.warning("fulfilment interrupted", metadata: ["error": "\(Self.describe(error))"])
+            if self.database.note(error) { return .outage(detail: Self.describe(error)) }
             return .retry(.internal, detail: Self.describe(error), attemptLimit: nil, exhausted: .failed(.internal))
         }
     }
 
     /// The outcome an earlier attempt of the job committed in PostgreSQL, if any; nil when there is none
-    /// (the attempt then runs as usual). When PostgreSQL cannot tell now, a retry: asking Apple instead
-    /// could end the job on an answer that needs no database (a shared-secret mismatch, say) while
-    /// PostgreSQL holds its grant.
+    /// (the attempt then runs as usual). When PostgreSQL cannot tell now, a retry (an outage when it is
+    /// away): asking Apple instead could end the job on an answer that needs no database (a shared-secret
+    /// mismatch, say) while PostgreSQL holds its grant.
     func committed(_ job: ReceiptJob, logger: Logger) async -> FulfilmentOutcome? {
         do {
             guard let grant = try await self.grants.committedGrant(job) else { return nil }
@@ -41,9 +44,10 @@ struct Fulfiller: Sendable {
                 environment: grant.environment, expiresAt: grant.grantedUntil.map { Int($0.timeIntervalSince1970) }, claimed: grant.claimed
             )
         } catch {
-            self.database.note(error)
             logger.warning("cannot look up an earlier attempt's grant", metadata: ["error": "\(error)"])
-            return .retry(.internal, detail: "looking up an earlier attempt's grant: \(Self.describe(error))", attemptLimit: nil, exhausted: .failed(.internal))
+            let detail = "looking up an earlier attempt's grant: \(Self.describe(error))"
+            if self.database.note(error) { return .outage(detail: detail) }
+            return .retry(.internal, detail: detail, attemptLimit: nil, exhausted: .failed(.internal))
         }
     }
 

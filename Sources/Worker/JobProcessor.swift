@@ -17,7 +17,9 @@ struct JobProcessor: Sendable {
     /// killed mid-job (each such crash costs one start that never recorded an outcome).
     var maxStarts: Int { self.retry.maxAttempts + 3 }
 
-    func process(_ delivery: QueueDelivery) async {
+    /// Runs one delivery. `onTrial`: the consumer runs it alone to learn whether PostgreSQL takes grants
+    /// again (``DatabaseWatch``); finding it away then spends the attempt like any failure.
+    func process(_ delivery: QueueDelivery, onTrial: Bool = false) async {
         var logger = self.logger
         logger[metadataKey: "job"] = "\(delivery.jobId)"
         guard !delivery.jobId.isEmpty else {
@@ -48,7 +50,7 @@ struct JobProcessor: Sendable {
                 await self.record(committed, delivery: delivery, job: job, attempt: attempt, acceptedAt: job.acceptedAtMilliseconds, logger: logger)
                 return
             }
-            if case .retry? = committed {
+            if let committed, !committed.isDecided {
                 // PostgreSQL cannot tell whether it granted (and the watch now holds intake off): the entry stays
                 // pending, and a claim asks again once PostgreSQL answers, instead of failing a job that may be granted.
                 logger.warning("poison job, but PostgreSQL cannot tell whether its grant committed; leaving it for a later claim")
@@ -85,7 +87,7 @@ struct JobProcessor: Sendable {
             if attempt == 1 { WorkerMetrics.step(.wait, milliseconds: max(0, began - acceptedAt)) }
             WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
-            let outcome: FulfilmentOutcome
+            var outcome: FulfilmentOutcome
             // A requeued job counts its attempts afresh, and its acceptedAt restarts (the payload keeps the
             // submission's): an attempt before the requeue may have committed its grant too.
             let requeued = acceptedAt != job.acceptedAtMilliseconds
@@ -98,6 +100,9 @@ struct JobProcessor: Sendable {
                 outcome = await self.fulfiller.fulfil(job, logger: logger)
             }
             WorkerMetrics.inFlight.decrement(by: 1)
+            if onTrial, case .outage(let detail) = outcome {
+                outcome = .retry(.internal, detail: detail, attemptLimit: nil, exhausted: .failed(.internal))
+            }
             if Task.isCancelled, !outcome.isDecided {
                 await self.park(cutOff: outcome, delivery: delivery, job: job, logger: logger)
                 return
@@ -117,7 +122,7 @@ struct JobProcessor: Sendable {
         let isFinal: Bool
         switch outcome {
         case .granted, .rejected, .failed: isFinal = true
-        case .retry: isFinal = false
+        case .retry, .outage: isFinal = false
         }
         var backoff = Duration.milliseconds(100)
         while true {
@@ -159,6 +164,16 @@ struct JobProcessor: Sendable {
             )
         case .failed(let reason, let detail):
             try await self.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, logger: logger)
+        case .outage(let detail):
+            // PostgreSQL away is no fault of the job's: the attempt is taken back, and only the age limit ends it.
+            guard self.retry.allowsAnotherAttempt(after: attempt - 1, ageMilliseconds: now - acceptedAt) else {
+                return try await self.deadLetter(delivery, job: job, reason: .internal, detail: detail, now: now, logger: logger)
+            }
+            let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt)
+            let parking = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: .internal, now: now, counts: false)
+            guard case .parked(let parked) = parking else { return Self.notParked(parking, logger: logger) }
+            WorkerMetrics.job(status: .retrying, reason: .internal)
+            logger.info("retrying once PostgreSQL is back; the attempt is not spent", metadata: ["detail": "\(detail)", "delay_ms": "\(max(0, parked - now))"])
         case .retry(let reason, let detail, let limit, let exhausted):
             // A verdict's own limit counts the attempts that ended with that same answer (21002 three
             // times), not every attempt: timeouts before it must not use it up.
@@ -234,6 +249,7 @@ struct JobProcessor: Sendable {
         let reason: JobReason
         switch outcome {
         case .retry(let cause, _, _, _), .failed(let cause, _): reason = cause
+        case .outage: reason = .internal
         case .granted, .rejected: return
         }
         let now = WallClock.nowMilliseconds()

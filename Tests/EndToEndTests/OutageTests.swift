@@ -286,4 +286,48 @@ struct OutageTests {
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count + 1)
         }
     }
+
+    @Test("PostgreSQL out of space for grants, though it answers every probe: no job ends failed; with space again, every job is granted once")
+    func postgresOutOfSpace() async throws {
+        // Three attempts at most 200 ms apart: spent on the outage, they would be gone within a second or two.
+        let system = try await TollgateSystem(extraEnvironment: [
+            "TOLLGATE_RETRY_BASE_MS": "100", "TOLLGATE_RETRY_MAX_DELAY_MS": "200", "TOLLGATE_RETRY_MAX_ATTEMPTS": "3",
+            "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000",
+        ])
+        try await TestEnvironment.using(system) {
+            let worker = try await system.startWorker(name: "e2e-pg-out-of-space")
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            let first = try #require(try await Self.submit(system, publisher, 0).json["jobId"] as? String)
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: [first], timeout: .seconds(30))
+
+            // What a full disk does: PostgreSQL answers, reads work, and a write that needs space fails with 53100.
+            try await system.database.query("""
+                CREATE FUNCTION tg_test_out_of_space() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full'; END $$
+                """)
+            try await system.database.query(
+                "CREATE TRIGGER tg_test_out_of_space BEFORE INSERT ON wallet_entries FOR EACH ROW EXECUTE FUNCTION tg_test_out_of_space()"
+            )
+            var jobs: [String] = []
+            for index in 1...10 {
+                let reply = try await Self.submit(system, publisher, index)
+                #expect(reply.status == 200, "a submission during the outage got \(reply.status)")
+                jobs.append(try #require(reply.json["jobId"] as? String))
+            }
+            let outageStarted = ContinuousClock.now
+            _ = try await Poll.until(timeout: .seconds(60), interval: .milliseconds(250), "ten seconds without space, no job failed") { () async throws -> Bool? in
+                for job in jobs {
+                    let status = try await system.job(publisher, job)["status"] as? String
+                    #expect(status != nil && status != "rejected" && status != "failed", "job \(job) is \(status ?? "gone") while PostgreSQL has no space")
+                    if status == "failed" || status == "rejected" { return true }
+                }
+                return ContinuousClock.now - outageStarted >= .seconds(10) ? true : nil
+            }
+            #expect(worker.log().contains("trying one job before taking more"))
+
+            try await system.database.query("DROP TRIGGER tg_test_out_of_space ON wallet_entries")
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(90))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count + 1)
+        }
+    }
 }

@@ -21,4 +21,26 @@ struct DatabaseWatchTests {
         watch.note(error)
         #expect(watch.isAway == away, "\(error)")
     }
+
+    @Test("after a trial that found PostgreSQL away again, the next probe waits longer, doubling up to 30 s")
+    func trialPause() {
+        let interval = Duration.seconds(1)
+        #expect(DatabaseWatch.pause(afterFailedTrials: 0, interval: interval) == .zero)
+        #expect(DatabaseWatch.pause(afterFailedTrials: 1, interval: interval) == .seconds(1))
+        #expect(DatabaseWatch.pause(afterFailedTrials: 2, interval: interval) == .seconds(2))
+        #expect(DatabaseWatch.pause(afterFailedTrials: 5, interval: interval) == .seconds(16))
+        #expect(DatabaseWatch.pause(afterFailedTrials: 6, interval: interval) == .seconds(30))
+        #expect(DatabaseWatch.pause(afterFailedTrials: 1000, interval: interval) == .seconds(30))
+    }
+
+    @Test("an attempt that worked changes nothing outside a trial, and an outage is reported as one")
+    func workedOutsideTrial() {
+        let watch = DatabaseWatch()
+        watch.noteWorked()
+        #expect(!watch.isAway && !watch.isOnTrial)
+        #expect(watch.note(PostgresError(.server, sqlState: "53100", "could not extend file")))
+        #expect(!watch.note(PostgresError(.server, sqlState: "23505", "duplicate key value")))
+        watch.noteWorked()
+        #expect(watch.isAway, "only a probe brings it back")
+    }
 }

@@ -10,13 +10,16 @@ public enum FulfilmentOutcome: Sendable, Equatable {
     /// Try again later, within `attemptLimit` attempts that end with the same `detail` and the policy's limit
     /// on all attempts; `exhausted` is the end once out of attempts.
     case retry(JobReason, detail: String, attemptLimit: Int?, exhausted: AppleVerdict.Exhaustion)
+    /// PostgreSQL was away (unreachable, refusing writes, out of storage): try again once it is back. Not the
+    /// job's fault, so the attempt is not spent; the policy's age limit still ends it.
+    case outage(detail: String)
 
     /// Whether Apple's answer and the ledger decided the job (granted or rejected), rather than the
     /// attempt failing on its way.
     public var isDecided: Bool {
         switch self {
         case .granted, .rejected: true
-        case .failed, .retry: false
+        case .failed, .retry, .outage: false
         }
     }
 }
