@@ -17,6 +17,11 @@ struct JobProcessor: Sendable {
     /// killed mid-job (each such crash costs one start that never recorded an outcome).
     var maxStarts: Int { self.retry.maxAttempts + 3 }
 
+    /// Starts past ``maxStarts`` a poison job is left pending while PostgreSQL cannot tell whether its grant
+    /// committed for a reason other than an outage (a timeout, a permission or a schema out of step), before
+    /// it is dead-lettered anyway: a claim every claim idle time must not loop on it for good.
+    static let poisonLookupPatience = 10
+
     /// Runs one delivery. `onTrial`: the consumer runs it alone to learn whether PostgreSQL takes grants
     /// again (``DatabaseWatch``); finding it away then spends the attempt like any failure.
     func process(_ delivery: QueueDelivery, onTrial: Bool = false) async {
@@ -50,13 +55,21 @@ struct JobProcessor: Sendable {
                 await self.record(committed, delivery: delivery, job: job, attempt: attempt, acceptedAt: job.acceptedAtMilliseconds, logger: logger)
                 return
             }
-            if let committed, !committed.isDecided {
-                // PostgreSQL cannot tell whether it granted (and the watch now holds intake off): the entry stays
-                // pending, and a claim asks again once PostgreSQL answers, instead of failing a job that may be granted.
+            var detail = "poison: started \(attempt) times without finishing"
+            switch committed {
+            case .outage?, .retry? where attempt <= self.maxStarts + Self.poisonLookupPatience:
+                // PostgreSQL cannot tell whether it granted (away, and the watch now holds intake off; or a
+                // timeout): the entry stays pending, and a claim asks again later, instead of failing a job
+                // that may be granted.
                 logger.warning("poison job, but PostgreSQL cannot tell whether its grant committed; leaving it for a later claim")
                 return
+            case .retry(_, let lookup, _, _)?:
+                // Still cannot tell, and not for an outage: dead-lettered all the same, for an operator to see.
+                // A requeue is safe: the grant is idempotent.
+                detail += "; whether its grant committed is unknown (\(lookup))"
+            default:
+                break
             }
-            let detail = "poison: started \(attempt) times without finishing"
             do {
                 try await self.deadLetter(delivery, job: job, reason: .internal, detail: detail, now: WallClock.nowMilliseconds(), logger: logger)
             } catch {

@@ -447,6 +447,28 @@ struct AppleRulesTests {
         }
     }
 
+    @Test("a poison job whose grant lookup keeps failing, not for an outage, is left for a claim a few times, then dead-lettered")
+    func poisonLookupKeepsFailing() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
+            let jobId = try await Self.poisonJob(harness)
+            // The lookup now fails with 42P01, as with a schema out of step: no probe of PostgreSQL clears that.
+            try await harness.database.query("ALTER TABLE granted_jobs RENAME TO granted_jobs_elsewhere")
+            try await Self.claimAsPeer(harness, jobId: jobId)
+            #expect(try await harness.record(jobId).status != .failed, "one more start: left for a later claim")
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            _ = try await harness.redis.send(
+                "HSET", harness.queue.keys.job(jobId), "attempts", String(harness.processor.maxStarts + JobProcessor.poisonLookupPatience)
+            )
+            try await Self.claimAsPeer(harness, jobId: jobId)
+            let record = try await harness.record(jobId)
+            #expect(record.status == .failed, "\(record)")
+            let letter = try #require(try await harness.queue.deadLetters(limit: 10).first)
+            #expect(letter.jobId == jobId)
+            #expect(letter.detail.contains("whether its grant committed is unknown"), "\(letter.detail)")
+            try await harness.database.query("ALTER TABLE granted_jobs_elsewhere RENAME TO granted_jobs")
+        }
+    }
+
     @Test("when PostgreSQL cannot tell whether an earlier attempt granted, the attempt is retried, not run against Apple")
     func committedLookupFails() async throws {
         try await WorkerHarness.with { harness in
