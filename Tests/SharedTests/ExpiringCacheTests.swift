@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 @testable import Shared
 
@@ -48,5 +49,61 @@ struct ExpiringCacheTests {
         #expect(await cache.value(for: "i", now: 4) { cache.removeAll(); return 1 } == 1)
         #expect(await cache.value(for: "i", now: 5) { 2 } == 2, "not kept: every key was removed while it loaded")
         #expect(await cache.value(for: "i", now: 6) { 3 } == 2)
+    }
+
+    @Test("while one request refreshes an expired entry, the others answer from it at once instead of each loading")
+    func oneRefreshAtATime() async throws {
+        let cache = ExpiringCache<String, Int>(lifetime: 5, staleFor: 60)
+        #expect(await cache.value(for: "k", now: 0) { 1 } == 1)
+        let (released, release) = AsyncStream.makeStream(of: Void.self)
+        let (began, started) = AsyncStream.makeStream(of: Void.self)
+        // A refresh that hangs, as a load from a stalled PostgreSQL does.
+        let refresh = Task {
+            await cache.value(for: "k", now: 6 * Self.second) {
+                started.yield()
+                for await _ in released { break }
+                return 2
+            }
+        }
+        for await _ in began { break }
+        let loads = Counter()
+        for offset in 0..<5 {
+            let value = await cache.value(for: "k", now: 6 * Self.second + UInt64(offset)) {
+                loads.add()
+                return 3
+            }
+            #expect(value == 1, "answered from the entry being refreshed")
+        }
+        #expect(loads.value == 0, "only the refreshing request loads")
+        release.yield()
+        #expect(await refresh.value == 2)
+        #expect(await cache.value(for: "k", now: 7 * Self.second) { 4 } == 2, "the refreshed value, fresh")
+    }
+
+    @Test("after a refresh failed, a stale entry answers for a second without loading, then tries again")
+    func pauseAfterFailedRefresh() async throws {
+        let cache = ExpiringCache<String, Int>(lifetime: 5, staleFor: 60)
+        #expect(await cache.value(for: "k", now: 0) { 1 } == 1)
+        #expect(try await cache.value(for: "k", now: 6 * Self.second) { throw Down() } == 1)
+        let loads = Counter()
+        #expect(await cache.value(for: "k", now: 6 * Self.second + Self.second / 2) { loads.add(); return 2 } == 1)
+        #expect(loads.value == 0, "not tried again within the second")
+        #expect(await cache.value(for: "k", now: 7 * Self.second + Self.second / 10) { loads.add(); return 2 } == 2)
+        #expect(loads.value == 1)
+    }
+
+    @Test("an entry whose refresh finds it gone at the source no longer answers")
+    func goneAtSource() async throws {
+        let cache = ExpiringCache<String, Int>(lifetime: 5, staleFor: 60)
+        #expect(await cache.value(for: "k", now: 0) { 1 } == 1)
+        #expect(await cache.value(for: "k", now: 6 * Self.second) { nil } == nil)
+        await #expect(throws: Down.self) { try await cache.value(for: "k", now: 7 * Self.second) { throw Down() } }
+    }
+
+    /// Counts calls from closures.
+    final class Counter: Sendable {
+        private let count = Mutex(0)
+        func add() { self.count.withLock { $0 += 1 } }
+        var value: Int { self.count.withLock { $0 } }
     }
 }

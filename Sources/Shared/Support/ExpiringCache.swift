@@ -6,10 +6,17 @@ import Synchronization
 ///
 /// With `staleFor`, an entry past its lifetime still answers while `load` fails (its source, PostgreSQL,
 /// is away) for that much longer: what was true a moment ago, rather than an error for every request.
+/// Such an entry is refreshed by one request at a time: the others answer from it meanwhile, and for a
+/// second after a refresh failed, so that a source that hangs (a stalled PostgreSQL, every connection busy)
+/// costs one request its wait, not every request.
 public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     private struct Entry {
         let value: Value
         let expires: UInt64
+        /// When a request began refreshing it, while one does (uptime nanoseconds).
+        var refreshingSince: UInt64?
+        /// No refresh before this: the last one failed (uptime nanoseconds).
+        var retryAt: UInt64 = 0
     }
 
     /// The entries, and when keys were forgotten: a load that began before its key's `remove` may have read
@@ -21,6 +28,11 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
         var removed: [Key: UInt64] = [:]
         var clearedAt: UInt64 = 0
     }
+
+    /// How long after a failed refresh a stale entry answers without trying again.
+    static var retryDelayNanoseconds: UInt64 { 1_000_000_000 }
+    /// A refresh that has not ended after this long no longer holds the others off (one whose task vanished).
+    static var refreshLimitNanoseconds: UInt64 { 30_000_000_000 }
 
     private let state = Mutex(State())
     private let lifetimeNanoseconds: UInt64
@@ -36,24 +48,45 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
     }
 
     /// The cached value, or the one `load` produces (cached unless it is `nil`, or a key was removed while
-    /// it loaded); when `load` throws, an entry within its stale time.
+    /// it loaded); when `load` throws, an entry within its stale time. An entry within its stale time also
+    /// answers while another request refreshes it, and for a second after a refresh failed.
     public func value(for key: Key, load: () async throws -> Value?) async rethrows -> Value? {
         try await self.value(for: key, now: DispatchTime.now().uptimeNanoseconds, load: load)
     }
 
     /// ``value(for:load:)`` at `now` (uptime nanoseconds), for tests.
     func value(for key: Key, now: UInt64, load: () async throws -> Value?) async rethrows -> Value? {
-        let (cached, began) = self.state.withLock { ($0.entries[key], $0.generation) }
-        if let cached, cached.expires > now { return cached.value }
+        let (cached, began, answer) = self.state.withLock { state -> (Entry?, UInt64, Value?) in
+            guard let cached = state.entries[key] else { return (nil, state.generation, nil) }
+            if cached.expires > now { return (cached, state.generation, cached.value) }
+            guard self.staleNanoseconds > 0, cached.expires &+ self.staleNanoseconds > now else { return (cached, state.generation, nil) }
+            let refreshing = cached.refreshingSince.map { now < $0 &+ Self.refreshLimitNanoseconds } ?? false
+            if refreshing || now < cached.retryAt { return (cached, state.generation, cached.value) }
+            state.entries[key]?.refreshingSince = now
+            return (cached, state.generation, nil)
+        }
+        if let answer { return answer }
+        let started = DispatchTime.now().uptimeNanoseconds
         let loaded: Value?
         do {
             loaded = try await load()
         } catch {
-            if let cached, cached.expires &+ self.staleNanoseconds > now { return cached.value }
-            throw error
+            guard let cached, cached.expires &+ self.staleNanoseconds > now else { throw error }
+            let failed = now &+ (DispatchTime.now().uptimeNanoseconds &- started)
+            self.state.withLock { state in
+                // Unless the entry was replaced or removed meanwhile.
+                guard state.entries[key]?.expires == cached.expires else { return }
+                state.entries[key]?.refreshingSince = nil
+                state.entries[key]?.retryAt = failed &+ Self.retryDelayNanoseconds
+            }
+            return cached.value
         }
-        guard let value = loaded else { return nil }
         self.state.withLock { state in
+            guard let value = loaded else {
+                // Gone at the source: the old entry must not answer for it any longer.
+                if let cached, state.entries[key]?.expires == cached.expires { state.entries.removeValue(forKey: key) }
+                return
+            }
             guard max(state.clearedAt, state.removed[key] ?? 0) <= began else { return }
             if state.entries.count >= self.capacity {
                 // Dropping everything is crude but bounded and rare: the cache refills in one lifetime.
@@ -61,7 +94,7 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
             }
             state.entries[key] = Entry(value: value, expires: now + self.lifetimeNanoseconds)
         }
-        return value
+        return loaded
     }
 
     /// Forgets every key.
