@@ -91,39 +91,65 @@ struct StartupTests {
         try await http.shutdown()
     }
 
+    /// What Redis refuses of a `TOLLGATE_REDIS_URL`.
+    enum RedisRefusal: CaseIterable {
+        /// A database number it does not have.
+        case database
+        /// A password, where it has none.
+        case password
+        /// An ACL user without the access channel (Redis 7 gives new users no channel unless told).
+        case channel
+    }
+
     @Test(
-        "Redis refusing the URL's database or password stops a process with exit 2, its last line naming the variable",
-        arguments: [false, true].flatMap { wrongPassword in
-            [
-                ("tollgate-api", ["serve"], ["TOLLGATE_HTTP_PORT": "0"], "TOLLGATE_HTTP_PORT_FILE", wrongPassword),
-                ("tollgate-worker", [], ["TOLLGATE_METRICS_PORT": "0"], "TOLLGATE_METRICS_PORT_FILE", wrongPassword),
-            ] as [(String, [String], [String: String], String, Bool)]
-        }
+        "Redis refusing the URL's database, password or user's channel stops a process with exit 2, its last line naming the variable",
+        arguments: ["tollgate-api", "tollgate-worker"], RedisRefusal.allCases
     )
-    func refusedRedisURLExits2(
-        executable: String, arguments: [String], environment: [String: String], portFileVariable: String, wrongPassword: Bool
-    ) async throws {
-        // Redis has 16 databases unless configured otherwise; the test Redis has no password, so any is refused.
+    func refusedRedisURLExits2(executable: String, refusal: RedisRefusal) async throws {
         let password = "secret-\(UInt64.random(in: 1...UInt64.max))"
-        let url = wrongPassword ? try TestEnvironment.redisURL(password: password, database: 0) : try TestEnvironment.redisURL(database: 9999)
+        let user = "tg_test_\(UInt32.random(in: 0...UInt32.max))"
+        let admin = try TestEnvironment.redis(connections: 1)
+        let url: String
+        switch refusal {
+        // Redis has 16 databases unless configured otherwise.
+        case .database: url = try TestEnvironment.redisURL(database: 9999)
+        // The test Redis has no password, so any is refused.
+        case .password: url = try TestEnvironment.redisURL(password: password, database: 0)
+        case .channel:
+            try await admin.send("ACL", "SETUSER", user, "on", ">\(password)", "~*", "+@all", "resetchannels")
+            url = try TestEnvironment.redisURL(user: user, password: password, database: 0)
+        }
+        let api = executable == "tollgate-api"
         let process = try ManagedProcess(
-            executable: executable, arguments: arguments,
-            environment: environment.merging([
+            executable: executable, arguments: api ? ["serve"] : [],
+            environment: [
                 "TOLLGATE_REDIS_URL": url, "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(), "TOLLGATE_HTTP_HOST": "127.0.0.1",
-            ]) { _, new in new },
-            portFileVariable: portFileVariable
+                api ? "TOLLGATE_HTTP_PORT" : "TOLLGATE_METRICS_PORT": "0", "TOLLGATE_QUEUE_PREFIX": TestEnvironment.uniquePrefix(),
+            ],
+            portFileVariable: api ? "TOLLGATE_HTTP_PORT_FILE" : "TOLLGATE_METRICS_PORT_FILE"
         )
+        let exit: Int32
         do {
-            #expect(try await process.waitForExit(timeout: .seconds(30)) == 2, "\(process.logTail())")
+            exit = try await process.waitForExit(timeout: .seconds(30))
         } catch {
-            // It kept retrying instead of stopping: the expectation above says so.
+            // It kept retrying instead of stopping.
             await process.stop()
+            _ = try? await admin.send("ACL", "DELUSER", user)
+            await admin.shutdown()
             throw error
         }
+        _ = try? await admin.send("ACL", "DELUSER", user)
+        await admin.shutdown()
+        #expect(exit == 2, "\(process.logTail())")
         let log = process.log()
         let last = log.split(separator: "\n").last.map(String.init) ?? ""
         #expect(last.hasPrefix("\(executable): invalid TOLLGATE_REDIS_URL: Redis refused it"), "\(process.logTail())")
-        #expect(last.contains(wrongPassword ? "AUTH" : "DB index"), "\(last)")
+        let expected = switch refusal {
+        case .database: "DB index"
+        case .password: "AUTH"
+        case .channel: "NOPERM"
+        }
+        #expect(last.contains(expected), "\(last)")
         #expect(!log.contains(password))
         #expect(!log.contains("Redis not ready"), "no retry makes a refused value right: \(process.logTail())")
     }

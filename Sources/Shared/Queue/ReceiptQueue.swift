@@ -22,8 +22,9 @@ public struct ReceiptQueue: Sendable {
         )
     }
 
-    /// Creates the consumer group (from the stream's start, so nothing enqueued earlier is skipped) and
-    /// loads the scripts. Safe to call from every process, any number of times.
+    /// Creates the consumer group (from the stream's start, so nothing enqueued earlier is skipped), loads
+    /// the scripts and checks that the access channel takes messages. Safe to call from every process, any
+    /// number of times.
     public func prepare() async throws {
         do {
             try await self.redis.send("XGROUP", "CREATE", self.keys.stream, self.keys.group, "0", "MKSTREAM")
@@ -36,6 +37,11 @@ public struct ReceiptQueue: Sendable {
             guard try await self.groupExists() else { throw error }
         }
         for script in QueueScripts.all { try await self.redis.load(script) }
+        // The scripts publish on the access channel after their writes, and Redis does not undo those when
+        // PUBLISH is refused (an ACL user without the channel: Redis 7 gives new users none). Found now, a
+        // `NOPERM` stops the process at start instead of failing every submission half-way. An empty
+        // message invalidates nothing a subscriber holds.
+        try await self.redis.send("PUBLISH", self.keys.accessChannel, "")
     }
 
     /// Whether the stream has the workers' consumer group (a read, which Redis answers when full too).
