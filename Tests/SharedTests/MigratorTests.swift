@@ -135,4 +135,39 @@ struct MigratorTests {
             }
         }
     }
+
+    @Test("a migration chosen as a deadlock's victim gives its locks back and tries again, instead of failing")
+    func deadlockRetried() async throws {
+        try await TestDatabase.withFresh(connections: 1) { (client: PostgresClient, url: String) async throws in
+            try await client.query("CREATE TABLE first_table (id int)")
+            try await client.query("CREATE TABLE second_table (id int)")
+            let holder = PostgresClient(url: url, connections: 1)
+            let watcher = PostgresClient(url: url, connections: 1)
+            try await TestEnvironment.using(holder, watcher) {
+                // The migration takes the tables in one order; a live transaction takes them in the other.
+                let change = Migrations.Migration(
+                    version: 9_997, name: "lock both",
+                    sql: "LOCK TABLE second_table IN ACCESS EXCLUSIVE MODE; LOCK TABLE first_table IN ACCESS EXCLUSIVE MODE"
+                )
+                try await holder.withConnection { live in
+                    try await live.query("BEGIN")
+                    try await live.query("LOCK TABLE first_table IN ROW EXCLUSIVE MODE")
+                    // A lock timeout above PostgreSQL's deadlock_timeout (1 s): the deadlock is found first.
+                    let migrating = Task {
+                        try await Migrator(database: client, logger: Self.logger, lockTimeoutMilliseconds: 2500).migrate(Migrations.all + [change])
+                    }
+                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the migration waiting for its second lock") { () async throws -> Bool? in
+                        let waiting = try await watcher.query(
+                            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LOCK TABLE second_table%' AND wait_event_type = 'Lock'"
+                        ).first?.decode(Int.self, "n")
+                        return waiting == 1 ? true : nil
+                    }
+                    // The cycle: the migration, waiting longer, finds it and is the victim; this one then gets its lock.
+                    try await live.query("LOCK TABLE second_table IN ROW EXCLUSIVE MODE")
+                    try await live.query("COMMIT")
+                    #expect(try await migrating.value == [9_997])
+                }
+            }
+        }
+    }
 }

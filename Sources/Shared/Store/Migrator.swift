@@ -5,8 +5,8 @@ import Logging
 ///
 /// A migration waits at most `lockTimeoutMilliseconds` for each table lock it takes (`lock_timeout`), then
 /// gives its locks back and tries again after a pause (as long again, doubling up to 10 s), for up to
-/// `lockPatience`: a live system's grants and reads
-/// queue behind a lock the migration waits for, so waiting for good behind one long transaction (a
+/// `lockPatience`; so does one that PostgreSQL picks as a deadlock's victim. A live system's grants and
+/// reads queue behind a lock the migration waits for, so waiting for good behind one long transaction (a
 /// forgotten `psql` session) would stall them all.
 public struct Migrator: Sendable {
     private let database: PostgresClient
@@ -66,11 +66,18 @@ public struct Migrator: Sendable {
                     try await session.query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", [migration.version, migration.name])
                     try await session.query("COMMIT")
                     break
-                } catch let error as PostgresError where error.sqlState == "55P03" && ContinuousClock.now - started + .milliseconds(pause) < self.lockPatience {
+                } catch let error as PostgresError
+                    where ["55P03", "40P01"].contains(error.sqlState) && ContinuousClock.now - started + .milliseconds(pause) < self.lockPatience
+                {
                     await session.rollback()
-                    self.logger.warning("migration waits for a lock another session holds (a long transaction?); trying again", metadata: [
-                        "version": "\(migration.version)", "retry_in_ms": "\(pause)",
-                    ])
+                    self.logger.warning(
+                        error.sqlState == "40P01"
+                            ? "migration deadlocked with another session and gave its locks back; trying again"
+                            : "migration waits for a lock another session holds (a long transaction?); trying again",
+                        metadata: [
+                            "version": "\(migration.version)", "retry_in_ms": "\(pause)",
+                        ]
+                    )
                     try await Task.sleep(for: .milliseconds(pause))
                     pause = min(pause * 2, max(10_000, self.lockTimeoutMilliseconds))
                 } catch {
