@@ -150,6 +150,38 @@ struct ControlRouteTests {
             }
     }
 
+    @Test("an injected redirect's target answers normally, global and scripted faults alike; requests failed by a fault are counted as sent")
+    func redirectTarget() async throws {
+        let receipt = Fixtures.receiptData(Fixtures.simpleScenario())
+        let scripted = Fixtures.receiptData(Fixtures.simpleScenario(extra: #","fail":{"count":2,"mode":"redirect"}"#))
+        try await Fixtures.makeApplication(faults: FaultSettings(latencyMs: 0, failRate: 1, failMode: .redirect, timeoutHoldMs: 0))
+            .test(.router) { client in
+                func post(_ uri: String, _ receiptData: String) async throws -> TestResponse {
+                    try await client.execute(
+                        uri: uri, method: .post, headers: [.contentType: "application/json"],
+                        body: try Fixtures.requestBody(receiptData: receiptData, password: "secret", excludeOldTransactions: nil)
+                    )
+                }
+                let moved = try await post("/verifyReceipt", receipt)
+                #expect(moved.status == .temporaryRedirect)
+                let location = try #require(moved.headers[.location])
+                let followed = try await post(location, receipt)
+                #expect(followed.status == .ok, "a fail rate of 1 must not redirect the redirect's target again")
+                #expect(try Fixtures.object(followed.body)["status"] as? Int == 0)
+
+                _ = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: #"{"failRate":0}"#))
+                #expect(try await post("/verifyReceipt", scripted).status == .temporaryRedirect)
+                #expect(try await post(location, scripted).status == .ok, "the target does not use up the scenario's second failure")
+                #expect(try await post("/verifyReceipt", scripted).status == .temporaryRedirect, "the second scripted failure")
+                #expect(try await post("/verifyReceipt", scripted).status == .ok)
+
+                let stats = try Fixtures.object(try await client.execute(uri: "/emulator/stats", method: .get).body)
+                #expect(stats["production"] as? Int == 6)
+                #expect(stats["withPassword"] as? Int == 6, "every request carried a password, those answered by a fault too")
+                #expect(stats["failuresInjected"] as? Int == 3)
+            }
+    }
+
     @Test("global and scenario latency delay the answer")
     func latency() async throws {
         let receipt = Fixtures.receiptData(Fixtures.simpleScenario(extra: #","latencyMs":30"#))

@@ -31,11 +31,14 @@ struct EmulatorStateTests {
     func failRate() async {
         let always = EmulatorState(settings: FaultSettings(latencyMs: 0, failRate: 1, failMode: .html, timeoutHoldMs: 0))
         for _ in 0..<100 {
-            #expect(await always.admit(.production).injectedFailure == .html)
+            #expect(await always.admit(.production) == 0)
+            #expect(await always.draw().injectedFailure == .html)
+            #expect(await always.draw(faults: false).injectedFailure == nil, "the target of an injected redirect")
         }
         let never = EmulatorState()
         for _ in 0..<100 {
-            #expect(await never.admit(.sandbox).injectedFailure == nil)
+            _ = await never.admit(.sandbox)
+            #expect(await never.draw().injectedFailure == nil)
         }
         #expect(await never.currentStats() == EmulatorStats(production: 0, sandbox: 100, failuresInjected: 0))
     }

@@ -20,14 +20,20 @@ actor EmulatorState {
         self.settings = settings
     }
 
-    /// Counts a call to the `endpoint` route and draws whether the global fault injection fails it.
-    func admit(_ endpoint: AppleEnvironment) -> Admission {
+    /// Counts a call to the `endpoint` route; returns the global latency to serve it with.
+    func admit(_ endpoint: AppleEnvironment) -> Int {
         switch endpoint {
         case .production: stats.production += 1
         case .sandbox: stats.sandbox += 1
         }
-        var admission = Admission(latencyMs: settings.latencyMs, timeoutHoldMs: settings.timeoutHoldMs)
-        if settings.failRate > 0, Double.random(in: 0..<1) < settings.failRate {
+        return settings.latencyMs
+    }
+
+    /// Draws, with the settings of now (after the call's latency), whether the global fault injection
+    /// fails the call; never when `faults` is false (the target of an injected redirect).
+    func draw(faults: Bool = true) -> Admission {
+        var admission = Admission(timeoutHoldMs: settings.timeoutHoldMs)
+        if faults, settings.failRate > 0, Double.random(in: 0..<1) < settings.failRate {
             admission.injectedFailure = settings.failMode
             stats.failuresInjected += 1
         }

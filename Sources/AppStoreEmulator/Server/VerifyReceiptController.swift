@@ -26,33 +26,39 @@ struct VerifyReceiptController: Sendable {
     ///
     /// Global latency and fault injection come first, because they stand for Apple or the network failing
     /// whatever the receipt; a scenario's own latency and scripted failures come once its receipt is read.
+    /// The target of an injected redirect (`?moved=1`) answers normally: the call it stands for failed already.
     func verify(_ request: Request, endpoint: AppleEnvironment) async throws -> Response {
         var request = request
         // Read the body even when a failure is injected, so the connection stays reusable.
         let body = try await request.collectBody(upTo: Self.maxBodySize)
-        let admission = await state.admit(endpoint)
+        let latencyMs = await state.admit(endpoint)
         // Latency, like a `timeout` hold, ends early on a stop signal: a graceful shutdown waits for the
         // calls in flight, and an operator may have set minutes of it.
-        if admission.latencyMs > 0 {
-            try await state.hold(milliseconds: admission.latencyMs)
+        if latencyMs > 0 {
+            try await state.hold(milliseconds: latencyMs)
+        }
+        let moved = request.uri.queryParameters["moved"] == "1"
+        let admission = await state.draw(faults: !moved)
+        let verifyRequest = VerifyReceiptRequest.decode(from: body)
+        if let verifyRequest {
+            // Counted whatever the answer: what the client sent is the point.
+            await state.recordRequest(
+                withPassword: verifyRequest.password != nil, excludeOldTransactions: verifyRequest.excludeOldTransactions == true
+            )
         }
         if let failure = admission.injectedFailure {
             return try await FaultResponder.response(for: failure, endpoint: endpoint, holdMs: admission.timeoutHoldMs, retryableKey: .hyphen, state: state)
         }
-
-        guard let verifyRequest = VerifyReceiptRequest.decode(from: body) else {
+        guard let verifyRequest else {
             return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21000))
         }
-        await state.recordRequest(
-            withPassword: verifyRequest.password != nil, excludeOldTransactions: verifyRequest.excludeOldTransactions == true
-        )
         guard let scenario = Scenario.decode(receiptData: verifyRequest.receiptData) else {
             return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21002))
         }
         if scenario.latencyMs > 0 {
             try await state.hold(milliseconds: scenario.latencyMs)
         }
-        if let fail = scenario.fail, fail.count > 0,
+        if !moved, let fail = scenario.fail, fail.count > 0,
             await state.consumeScenarioFailure(receiptData: verifyRequest.receiptData, count: fail.count) {
             return try await FaultResponder.response(for: fail.mode, endpoint: endpoint, holdMs: admission.timeoutHoldMs, retryableKey: scenario.retryableKey, state: state)
         }
