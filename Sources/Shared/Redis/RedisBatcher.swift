@@ -9,8 +9,9 @@ import Synchronization
 /// shared by everything that arrived meanwhile. A call runs its items in order, atomically. Two calls
 /// rather than one keep Redis busy while the API reads one reply and writes the next call.
 ///
-/// A failed call (connection lost, timeout, a script error) fails every item in it; the script must make
-/// a retried item harmless.
+/// A failed call (connection lost, timeout) fails every item in it. A script error in a call of several
+/// items (one item's key of the wrong type, say) runs each item again alone, so that only the item that
+/// fails gets the error: the script must make a retried item harmless.
 public final class RedisBatcher: Sendable {
     /// One caller's part of a call.
     public struct Item: Sendable {
@@ -108,6 +109,14 @@ public final class RedisBatcher: Sendable {
             do {
                 let replies = try await self.execute(batch.map(\.item))
                 for (waiting, reply) in zip(batch, replies) { waiting.continuation.resume(returning: reply) }
+            } catch let error as RedisError where batch.count > 1 && error.code == .server && !error.isUnavailable {
+                for waiting in batch {
+                    do {
+                        waiting.continuation.resume(returning: try await self.execute([waiting.item])[0])
+                    } catch {
+                        waiting.continuation.resume(throwing: error)
+                    }
+                }
             } catch {
                 for waiting in batch { waiting.continuation.resume(throwing: error) }
             }
