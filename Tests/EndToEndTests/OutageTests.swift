@@ -31,6 +31,27 @@ struct OutageTests {
         return job
     }
 
+    /// Submits ten receipts during a PostgreSQL outage (each accepted), then watches them for `duration`:
+    /// none may end failed or rejected meanwhile. Returns their job ids.
+    static func submitTenAndWatch(_ system: TollgateSystem, _ publisher: TollgateSystem.Publisher, for duration: Duration) async throws -> [String] {
+        var jobs: [String] = []
+        for index in 1...10 {
+            let reply = try await Self.submit(system, publisher, index)
+            #expect(reply.status == 200, "a submission during the outage got \(reply.status)")
+            jobs.append(try #require(reply.json["jobId"] as? String))
+        }
+        let outageStarted = ContinuousClock.now
+        _ = try await Poll.until(timeout: duration + .seconds(50), interval: .milliseconds(250), "\(duration) of outage, no job failed") { () async throws -> Bool? in
+            for job in jobs {
+                let status = try await system.job(publisher, job)["status"] as? String
+                #expect(status != nil && status != "rejected" && status != "failed", "job \(job) is \(status ?? "gone") during the outage")
+                if status == "failed" || status == "rejected" { return true }
+            }
+            return ContinuousClock.now - outageStarted >= duration ? true : nil
+        }
+        return jobs
+    }
+
     static func ready(_ system: TollgateSystem, port: Int) async throws -> Int {
         (try? await system.request(.GET, "/health/ready", base: "http://127.0.0.1:\(port)").status) ?? 0
     }
@@ -260,21 +281,7 @@ struct OutageTests {
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: [first], timeout: .seconds(30))
 
             try await postgres.stop()
-            var jobs: [String] = []
-            for index in 1...10 {
-                let reply = try await Self.submit(system, publisher, index)
-                #expect(reply.status == 200, "a submission during the outage got \(reply.status)")
-                jobs.append(try #require(reply.json["jobId"] as? String))
-            }
-            let outageStarted = ContinuousClock.now
-            _ = try await Poll.until(timeout: .seconds(60), interval: .milliseconds(250), "eight seconds of outage, no job failed") { () async throws -> Bool? in
-                for job in jobs {
-                    let status = try await system.job(publisher, job)["status"] as? String
-                    #expect(status != nil && status != "rejected" && status != "failed", "job \(job) is \(status ?? "gone") while PostgreSQL is down")
-                    if status == "failed" || status == "rejected" { return true }
-                }
-                return ContinuousClock.now - outageStarted >= .seconds(8) ? true : nil
-            }
+            let jobs = try await Self.submitTenAndWatch(system, publisher, for: .seconds(8))
             #expect(worker.log().contains("PostgreSQL is away"))
 
             try await postgres.start()
@@ -308,21 +315,7 @@ struct OutageTests {
             try await system.database.query(
                 "CREATE TRIGGER tg_test_out_of_space BEFORE INSERT ON wallet_entries FOR EACH ROW EXECUTE FUNCTION tg_test_out_of_space()"
             )
-            var jobs: [String] = []
-            for index in 1...10 {
-                let reply = try await Self.submit(system, publisher, index)
-                #expect(reply.status == 200, "a submission during the outage got \(reply.status)")
-                jobs.append(try #require(reply.json["jobId"] as? String))
-            }
-            let outageStarted = ContinuousClock.now
-            _ = try await Poll.until(timeout: .seconds(60), interval: .milliseconds(250), "ten seconds without space, no job failed") { () async throws -> Bool? in
-                for job in jobs {
-                    let status = try await system.job(publisher, job)["status"] as? String
-                    #expect(status != nil && status != "rejected" && status != "failed", "job \(job) is \(status ?? "gone") while PostgreSQL has no space")
-                    if status == "failed" || status == "rejected" { return true }
-                }
-                return ContinuousClock.now - outageStarted >= .seconds(10) ? true : nil
-            }
+            let jobs = try await Self.submitTenAndWatch(system, publisher, for: .seconds(10))
             #expect(worker.log().contains("trying one job before taking more"))
 
             try await system.database.query("DROP TRIGGER tg_test_out_of_space ON wallet_entries")
