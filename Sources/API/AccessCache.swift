@@ -98,10 +98,16 @@ final class AccessCache: Sendable {
             guard store.live, store.flushedAt <= ticket.generation, store.invalidatedAt[bucket] <= ticket.generation else { return }
             if store.entries.count >= self.capacity, store.entries[key] == nil {
                 Self.sweep(&store, now: now)
-                // Still nearly full of live answers: start over (emptying counts as a flush for reads in
-                // flight). A sweep then frees a tenth at least, so the next one is that many stores away:
-                // never a sweep of the whole cache, under its lock, at every store.
-                if store.entries.count >= self.capacity - max(1, self.capacity / 10) { Self.flush(&store, live: true) }
+                // Still nearly full of live answers: a tenth of them make room, whichever the table holds
+                // first (its order is the keys' hashes', so no customer is favoured), and the rest keep
+                // answering: emptying the cache would send every poll to Redis and PostgreSQL at the busiest
+                // moment. The next sweep is then a tenth of the capacity of stores away, never at every store.
+                let room = max(1, self.capacity / 10)
+                if store.entries.count > self.capacity - room {
+                    for evicted in Array(store.entries.keys.prefix(store.entries.count - (self.capacity - room))) {
+                        store.entries.removeValue(forKey: evicted)
+                    }
+                }
             }
             store.entries[key] = Entry(answer: answer, expires: ticket.startedAt + self.lifetimeNanoseconds)
         }
