@@ -91,6 +91,13 @@ struct StartupTests {
         try await http.shutdown()
     }
 
+    /// The API and the worker as serving processes: executable, arguments, the variable that picks any free
+    /// port, and the one naming the file it writes that port to.
+    static let servingProcesses: [(String, [String], [String: String], String)] = [
+        ("tollgate-api", ["serve"], ["TOLLGATE_HTTP_PORT": "0"], "TOLLGATE_HTTP_PORT_FILE"),
+        ("tollgate-worker", [], ["TOLLGATE_METRICS_PORT": "0"], "TOLLGATE_METRICS_PORT_FILE"),
+    ]
+
     /// What Redis refuses of a `TOLLGATE_REDIS_URL`.
     enum RedisRefusal: CaseIterable {
         /// A database number it does not have.
@@ -156,10 +163,7 @@ struct StartupTests {
 
     @Test(
         "a process whose database lacks a migration is not ready, and a worker takes no job, until the migration runs",
-        arguments: [
-            ("tollgate-api", ["serve"], ["TOLLGATE_HTTP_PORT": "0"], "TOLLGATE_HTTP_PORT_FILE"),
-            ("tollgate-worker", [], ["TOLLGATE_METRICS_PORT": "0"], "TOLLGATE_METRICS_PORT_FILE"),
-        ] as [(String, [String], [String: String], String)]
+        arguments: Self.servingProcesses
     )
     func schemaBehind(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
         let latest = try #require(Migrations.all.last)
@@ -228,10 +232,7 @@ struct StartupTests {
 
     @Test(
         "a process whose Redis takes connections and never answers stops on SIGTERM with exit 0",
-        arguments: [
-            ("tollgate-api", ["serve"], ["TOLLGATE_HTTP_PORT": "0"], "TOLLGATE_HTTP_PORT_FILE"),
-            ("tollgate-worker", [], ["TOLLGATE_METRICS_PORT": "0"], "TOLLGATE_METRICS_PORT_FILE"),
-        ] as [(String, [String], [String: String], String)]
+        arguments: Self.servingProcesses
     )
     func stopWhileRedisHangs(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
         // The listener holds the connections open until the process has exited.

@@ -102,6 +102,17 @@ struct MigratorTests {
         }
     }
 
+    /// Returns once one session runs a statement starting with `statement` and waits for a lock
+    /// (`pg_stat_activity`, read through `observer`).
+    static func untilWaitingForLock(_ observer: PostgresClient, statement: String) async throws {
+        _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "'\(statement)' waiting for a lock") { () async throws -> Bool? in
+            let waiting = try await observer.query(
+                "SELECT count(*)::int AS n FROM pg_stat_activity WHERE starts_with(query, $1) AND wait_event_type = 'Lock'", [statement]
+            ).first?.decode(Int.self, "n")
+            return waiting == 1 ? true : nil
+        }
+    }
+
     @Test("a migration waiting for a lock a long transaction holds gives it back at the lock timeout, so reads do not queue behind it; it applies once that transaction ends")
     func lockTimeout() async throws {
         try await TestDatabase.withFresh(connections: 1) { (client: PostgresClient, url: String) async throws in
@@ -119,12 +130,7 @@ struct MigratorTests {
                     let migrating = Task {
                         try await Migrator(database: client, logger: Self.logger, lockTimeoutMilliseconds: 100).migrate(Migrations.all + [change])
                     }
-                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the migration waiting for its lock") { () async throws -> Bool? in
-                        let waiting = try await reader.query(
-                            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE busy%' AND wait_event_type = 'Lock'"
-                        ).first?.decode(Int.self, "n")
-                        return waiting == 1 ? true : nil
-                    }
+                    try await Self.untilWaitingForLock(reader, statement: "ALTER TABLE busy")
                     // The live system's read answers: it waits at most the migration's lock timeout.
                     #expect(try await reader.query("SELECT count(*)::int AS n FROM busy").first?.decode(Int.self, "n") == 0)
                     #expect(try await Self.versions(reader).contains(9_998) == false)
@@ -156,12 +162,7 @@ struct MigratorTests {
                     let migrating = Task {
                         try await Migrator(database: client, logger: Self.logger, lockTimeoutMilliseconds: 2500).migrate(Migrations.all + [change])
                     }
-                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the migration waiting for its second lock") { () async throws -> Bool? in
-                        let waiting = try await watcher.query(
-                            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'LOCK TABLE second_table%' AND wait_event_type = 'Lock'"
-                        ).first?.decode(Int.self, "n")
-                        return waiting == 1 ? true : nil
-                    }
+                    try await Self.untilWaitingForLock(watcher, statement: "LOCK TABLE second_table")
                     // The cycle: the migration, waiting longer, finds it and is the victim; this one then gets its lock.
                     try await live.query("LOCK TABLE second_table IN ROW EXCLUSIVE MODE")
                     try await live.query("COMMIT")
