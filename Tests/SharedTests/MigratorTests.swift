@@ -102,14 +102,27 @@ struct MigratorTests {
         }
     }
 
-    /// Returns once one session runs a statement starting with `statement` and waits for a lock
-    /// (`pg_stat_activity`, read through `observer`).
-    static func untilWaitingForLock(_ observer: PostgresClient, statement: String) async throws {
-        _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "'\(statement)' waiting for a lock") { () async throws -> Bool? in
-            let waiting = try await observer.query(
-                "SELECT count(*)::int AS n FROM pg_stat_activity WHERE starts_with(query, $1) AND wait_event_type = 'Lock'", [statement]
-            ).first?.decode(Int.self, "n")
-            return waiting == 1 ? true : nil
+    /// Opens a transaction on `holder` that runs `held`, starts applying `change` through `client` with
+    /// `lockTimeoutMilliseconds`, and once the migration waits for a lock (`pg_stat_activity`, read through
+    /// `observer`) hands `body` the open transaction and the migration's task.
+    static func migrating(
+        _ change: Migrations.Migration, lockTimeoutMilliseconds: Int, behind held: [String],
+        client: PostgresClient, holder: PostgresClient, observer: PostgresClient,
+        _ body: (_ live: PostgresSession, _ migrating: Task<[Int], any Error>) async throws -> Void
+    ) async throws {
+        try await holder.withConnection { live in
+            try await live.query("BEGIN")
+            for statement in held { try await live.query(statement) }
+            let migrating = Task {
+                try await Migrator(database: client, logger: Self.logger, lockTimeoutMilliseconds: lockTimeoutMilliseconds).migrate(Migrations.all + [change])
+            }
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "migration \(change.version) waiting for a lock") { () async throws -> Bool? in
+                let waiting = try await observer.query(
+                    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE starts_with(query, $1) AND wait_event_type = 'Lock'", [change.sql]
+                ).first?.decode(Int.self, "n")
+                return waiting == 1 ? true : nil
+            }
+            try await body(live, migrating)
         }
     }
 
@@ -123,14 +136,10 @@ struct MigratorTests {
                 // A reader that would queue behind the migration's lock gives up after 3 s instead of 15.
                 try await reader.query("SET statement_timeout = 3000")
                 let change = Migrations.Migration(version: 9_998, name: "alter busy", sql: "ALTER TABLE busy ADD COLUMN note text")
-                try await holder.withConnection { forgotten in
-                    // A forgotten transaction: it read the table and stays open.
-                    try await forgotten.query("BEGIN")
-                    try await forgotten.query("SELECT count(*) FROM busy")
-                    let migrating = Task {
-                        try await Migrator(database: client, logger: Self.logger, lockTimeoutMilliseconds: 100).migrate(Migrations.all + [change])
-                    }
-                    try await Self.untilWaitingForLock(reader, statement: "ALTER TABLE busy")
+                // A forgotten transaction: it read the table and stays open.
+                try await Self.migrating(
+                    change, lockTimeoutMilliseconds: 100, behind: ["SELECT count(*) FROM busy"], client: client, holder: holder, observer: reader
+                ) { forgotten, migrating in
                     // The live system's read answers: it waits at most the migration's lock timeout.
                     #expect(try await reader.query("SELECT count(*)::int AS n FROM busy").first?.decode(Int.self, "n") == 0)
                     #expect(try await Self.versions(reader).contains(9_998) == false)
@@ -155,14 +164,11 @@ struct MigratorTests {
                     version: 9_997, name: "lock both",
                     sql: "LOCK TABLE second_table IN ACCESS EXCLUSIVE MODE; LOCK TABLE first_table IN ACCESS EXCLUSIVE MODE"
                 )
-                try await holder.withConnection { live in
-                    try await live.query("BEGIN")
-                    try await live.query("LOCK TABLE first_table IN ROW EXCLUSIVE MODE")
-                    // A lock timeout above PostgreSQL's deadlock_timeout (1 s): the deadlock is found first.
-                    let migrating = Task {
-                        try await Migrator(database: client, logger: Self.logger, lockTimeoutMilliseconds: 2500).migrate(Migrations.all + [change])
-                    }
-                    try await Self.untilWaitingForLock(watcher, statement: "LOCK TABLE second_table")
+                // A lock timeout above PostgreSQL's deadlock_timeout (1 s): the deadlock is found first.
+                try await Self.migrating(
+                    change, lockTimeoutMilliseconds: 2500, behind: ["LOCK TABLE first_table IN ROW EXCLUSIVE MODE"],
+                    client: client, holder: holder, observer: watcher
+                ) { live, migrating in
                     // The cycle: the migration, waiting longer, finds it and is the victim; this one then gets its lock.
                     try await live.query("LOCK TABLE second_table IN ROW EXCLUSIVE MODE")
                     try await live.query("COMMIT")
