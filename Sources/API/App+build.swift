@@ -41,6 +41,7 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
             // Until Redis answers, readiness says 503 and requests that need it answer 503.
             QueuePreparation(queue: services.queue, logger: logger),
             QueueGauges(queue: services.queue, logger: logger),
+            QueueClockSync(queue: services.queue, logger: logger),
             AccessInvalidations(cache: services.accessCache, redis: configuration.redis, channel: services.queue.keys.accessChannel, logger: logger),
             PublisherDirectoryRefresher(directory: services.authenticator.directory),
         ],

@@ -305,7 +305,7 @@ final class AppleVerifiedBeacon: Sendable {
     private static let lifetimeMilliseconds = 3_600_000
 
     func verified(_ environment: VerifyReceiptClient.Environment, queue: ReceiptQueue) async {
-        let now = WallClock.nowMilliseconds()
+        let now = queue.clock.nowMilliseconds()
         let count = self.tallies.withLock { tallies in
             var tally = tallies[environment, default: Tally()]
             tally.unrecorded += 1

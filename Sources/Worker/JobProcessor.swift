@@ -33,7 +33,7 @@ struct JobProcessor: Sendable {
             return
         }
         let start: StartOutcome
-        let began = WallClock.nowMilliseconds()
+        let began = self.queue.clock.nowMilliseconds()
         let starting = ContinuousClock.now
         do {
             start = try await self.queue.start(delivery, now: began, maxStarts: self.maxStarts)
@@ -71,7 +71,7 @@ struct JobProcessor: Sendable {
                 break
             }
             do {
-                try await self.deadLetter(delivery, job: job, reason: .internal, detail: detail, now: WallClock.nowMilliseconds(), logger: logger)
+                try await self.deadLetter(delivery, job: job, reason: .internal, detail: detail, now: self.queue.clock.nowMilliseconds(), logger: logger)
             } catch {
                 logger.warning("cannot dead-letter a poison job", metadata: ["error": "\(error)"])
             }
@@ -85,7 +85,7 @@ struct JobProcessor: Sendable {
                     return
                 }
                 try await self.queue.deadLetter(
-                    delivery, record: record, reason: .internal, detail: detail, now: WallClock.nowMilliseconds(), retentionSeconds: self.retentionSeconds
+                    delivery, record: record, reason: .internal, detail: detail, now: self.queue.clock.nowMilliseconds(), retentionSeconds: self.retentionSeconds
                 )
                 Self.deadLettered(reason: .internal, detail: detail, logger: logger)
             } catch {
@@ -96,7 +96,7 @@ struct JobProcessor: Sendable {
             try? await self.queue.acknowledge(delivery)
         case .ready(let job, let attempt, let acceptedAt):
             logger[metadataKey: "attempt"] = "\(attempt)"
-            // The API's clock stamped acceptedAt; a host whose clock runs behind must not record a negative wait.
+            // The API's reading of Redis' clock stamped acceptedAt: two readings may differ by a few ms.
             if attempt == 1 { WorkerMetrics.step(.wait, milliseconds: max(0, began - acceptedAt)) }
             WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
@@ -161,7 +161,7 @@ struct JobProcessor: Sendable {
     }
 
     private func recordOnce(_ outcome: FulfilmentOutcome, delivery: QueueDelivery, job: ReceiptJob, attempt: Int, acceptedAt: Int, logger: Logger) async throws {
-        let now = WallClock.nowMilliseconds()
+        let now = self.queue.clock.nowMilliseconds()
         switch outcome {
         case .granted(let environment, let expiresAt, let claimed):
             try await self.queue.finish(
@@ -265,7 +265,7 @@ struct JobProcessor: Sendable {
         case .outage: reason = .internal
         case .granted, .rejected: return
         }
-        let now = WallClock.nowMilliseconds()
+        let now = self.queue.clock.nowMilliseconds()
         do {
             let parking = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: now, reason: reason, now: now, counts: false)
             guard case .parked = parking else { return Self.notParked(parking, logger: logger) }

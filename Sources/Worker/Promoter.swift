@@ -25,7 +25,7 @@ struct Promoter: Service {
                 if ContinuousClock.now - lastRestore > .milliseconds(max(1000, self.lostAfterMilliseconds / 2)) {
                     lastRestore = ContinuousClock.now
                     do {
-                        let now = WallClock.nowMilliseconds()
+                        let now = self.queue.clock.nowMilliseconds()
                         let restored = try await self.queue.restoreLost(olderThan: now - self.lostAfterMilliseconds, now: now)
                         if restored > 0 { self.logger.warning("put back jobs whose stream entry vanished", metadata: ["count": "\(restored)"]) }
                         let dropped = try await self.queue.trimDeadLetters(now: now, retentionSeconds: self.retentionSeconds)
@@ -38,7 +38,7 @@ struct Promoter: Service {
                     }
                 }
                 do {
-                    let moved = try await self.queue.promoteDue(now: WallClock.nowMilliseconds())
+                    let moved = try await self.queue.promoteDue(now: self.queue.clock.nowMilliseconds())
                     if moved > 0 { self.logger.debug("promoted due retries", metadata: ["count": "\(moved)"]) }
                     // A full batch means more are due right now.
                     if moved >= 500 { continue }

@@ -68,6 +68,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
             .init(service: operations),
             .init(service: promoter),
             .init(service: QueueGauges(queue: queue, logger: logger)),
+            .init(service: QueueClockSync(queue: queue, logger: logger)),
             .init(service: consumer),
         ],
         gracefulShutdownSignals: [.sigterm, .sigint],

@@ -59,7 +59,7 @@ enum WorkerMetrics {
     }
 
     static func grantLatency(milliseconds: Int) {
-        // The API's clock stamped acceptedAt; a worker whose clock runs behind must not record a negative time.
+        // The API's reading of Redis' clock stamped acceptedAt: two readings may differ by a few ms.
         Self.acceptedToGranted.recordMilliseconds(max(0, milliseconds))
     }
 

@@ -420,6 +420,26 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("hosts whose clocks are ten minutes off keep Redis' time: a retry one parks 30 s out is released neither early nor late by the other's promoter", arguments: [-600_000, 600_000])
+    func clockFromRedis(_ skew: Int) async throws {
+        try await Self.withQueue { harness in
+            let skewed = ReceiptQueue(redis: harness.redis, prefix: harness.keys.prefix, clock: QueueClock(host: { QueueClock.hostMilliseconds() + skew }))
+            #expect(abs(skewed.clock.nowMilliseconds() - WallClock.nowMilliseconds() - skew) < 1000, "before its first reading it keeps the host's time")
+            try await skewed.prepare()
+            let reply = try await harness.redis.send("TIME").array ?? []
+            let redisNow = (reply.first?.string.flatMap(Int.init) ?? 0) * 1000 + (reply.last?.string.flatMap(Int.init) ?? 0) / 1000
+            #expect(abs(skewed.clock.nowMilliseconds() - redisNow) < 1000)
+            #expect(abs((try await skewed.synchronizeClock() ?? 0) - skew) < 1000, "it reports how far the host is off")
+
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            let parkedAt = skewed.clock.nowMilliseconds()
+            try await skewed.retry(delivery, jobId: job.jobId, dueAt: parkedAt + 30_000, reason: .appleUnavailable, now: parkedAt)
+            #expect(try await harness.queue.promoteDue(now: harness.queue.clock.nowMilliseconds()) == 0, "not due for 30 s")
+            #expect(try await harness.queue.promoteDue(now: harness.queue.clock.nowMilliseconds() + 31_000) == 1, "due 30 s on")
+        }
+    }
+
     @Test("promoteDue moves only due jobs, and never twice even when called concurrently")
     func promoteDue() async throws {
         try await Self.withQueue { harness in

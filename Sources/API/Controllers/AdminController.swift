@@ -260,7 +260,7 @@ struct AdminController {
         }
         let outcome = try await self.services.queue.requeue(
             jobId: jobId, publisherId: record.publisherId, customerEmail: record.customerEmail, offerId: record.offerId,
-            now: WallClock.nowMilliseconds(), keyTTLSeconds: self.services.keyTTLSeconds
+            now: self.services.queue.clock.nowMilliseconds(), keyTTLSeconds: self.services.keyTTLSeconds
         )
         switch outcome {
         case .requeued:

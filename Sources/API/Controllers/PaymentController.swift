@@ -18,7 +18,7 @@ struct PaymentController {
         let job = ReceiptJob(
             jobId: ReceiptJob.newJobId(), publisherId: publisher.id, customerEmail: submission.customerEmail,
             offerId: submission.offerId, transactionId: submission.transactionId, receiptData: submission.receiptData,
-            appType: submission.appType, ipAddress: submission.ipAddress, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+            appType: submission.appType, ipAddress: submission.ipAddress, acceptedAtMilliseconds: self.services.queue.clock.nowMilliseconds()
         )
         guard products.contains(where: \.enabled) else {
             // A resubmission (a retry after a lost answer) of a receipt accepted before the offer was

@@ -11,21 +11,25 @@ public struct ReceiptQueue: Sendable {
     private let redis: RedisClient
     /// Concurrent submissions leave together, in one call of the enqueue script.
     private let submissions: RedisBatcher
+    /// Every time the queue stores or compares is read here: Redis' clock (``QueueClock``).
+    public let clock: QueueClock
 
     /// Creates the queue over a client, for one prefix.
-    public init(redis: RedisClient, prefix: String) {
+    public init(redis: RedisClient, prefix: String, clock: QueueClock = QueueClock()) {
         let keys = QueueKeys(prefix: prefix)
         self.redis = redis
         self.keys = keys
+        self.clock = clock
         self.submissions = RedisBatcher(
             redis: redis, script: QueueScripts.enqueue, keys: [keys.stream, keys.inflight], arguments: [keys.jobPrefix, keys.accessChannel]
         )
     }
 
     /// Creates the consumer group (from the stream's start, so nothing enqueued earlier is skipped), loads
-    /// the scripts and checks that the access channel takes messages. Safe to call from every process, any
-    /// number of times.
+    /// the scripts, checks that the access channel takes messages and reads Redis' clock. Safe to call from
+    /// every process, any number of times.
     public func prepare() async throws {
+        try await self.synchronizeClock()
         do {
             try await self.redis.send("XGROUP", "CREATE", self.keys.stream, self.keys.group, "0", "MKSTREAM")
         } catch let error as RedisError where error.message.hasPrefix("BUSYGROUP") {
@@ -42,6 +46,13 @@ public struct ReceiptQueue: Sendable {
         // `NOPERM` stops the process at start instead of failing every submission half-way. An empty
         // message invalidates nothing a subscriber holds.
         try await self.redis.send("PUBLISH", self.keys.accessChannel, "")
+    }
+
+    /// Reads Redis' clock into ``clock`` (``QueueClock/synchronize(with:)``): how far this host's wall
+    /// clock is from it, in ms, or `nil` for a reading too slow to use.
+    @discardableResult
+    public func synchronizeClock() async throws -> Int? {
+        try await self.clock.synchronize(with: self.redis)
     }
 
     /// Whether the stream has the workers' consumer group (a read, which Redis answers when full too).

@@ -1,0 +1,102 @@
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// The queue's one clock: Redis' `TIME`, carried between readings by this host's monotonic clock.
+///
+/// Every time the queue stores or compares (a job's `acceptedAt`, a retry's due time, the age limit, an
+/// in-flight stamp, the dead letters' retention, which Redis' own entry ids measure) is read here, so
+/// processes on hosts whose wall clocks disagree still agree on it: a worker whose clock runs a minute
+/// behind would otherwise park retries that a peer's promoter releases at once, and one whose clock runs
+/// ahead would end jobs at the age limit early. A wall-clock step on this host between readings changes
+/// nothing; the next reading takes in a step of Redis' host.
+public final class QueueClock: Sendable {
+    /// This host's time in Unix ms, carried monotonically.
+    private let host: @Sendable () -> Int
+    /// Redis' time minus `host()`: none until the first reading.
+    private let offset = Atomic<Int>(0)
+    private let read = Atomic<Bool>(false)
+
+    /// A reading whose round trip took longer than this says little about when Redis read its clock, and
+    /// is dropped while an earlier one stands.
+    static let slowestReadingMilliseconds = 1000
+
+    /// Creates the clock. `host` is this host's time in Unix ms (tests pass a skewed one).
+    public init(host: @escaping @Sendable () -> Int = QueueClock.hostMilliseconds) {
+        self.host = host
+    }
+
+    /// Now, in Unix milliseconds by Redis' clock (by this host's until the first reading).
+    public func nowMilliseconds() -> Int {
+        self.host() + self.offset.load(ordering: .relaxed)
+    }
+
+    /// Reads Redis' `TIME` and takes it as now at the round trip's midpoint. Returns how far this host's
+    /// clock is from Redis' (ms, positive when this host's runs ahead), or `nil` when the reading was too
+    /// slow to replace an earlier one.
+    @discardableResult
+    public func synchronize(with redis: RedisClient) async throws -> Int? {
+        let before = self.host()
+        let reply = try await redis.send("TIME")
+        let after = self.host()
+        guard let parts = reply.array, parts.count == 2,
+              let seconds = parts[0].string.flatMap(Int.init), let microseconds = parts[1].string.flatMap(Int.init)
+        else {
+            throw RedisError(.protocolViolation, "TIME returned an unexpected reply")
+        }
+        if after - before > Self.slowestReadingMilliseconds, self.read.load(ordering: .relaxed) { return nil }
+        let offset = seconds * 1000 + microseconds / 1000 - (before + after) / 2
+        self.offset.store(offset, ordering: .relaxed)
+        self.read.store(true, ordering: .relaxed)
+        return -offset
+    }
+
+    private static let start = (wall: WallClock.nowMilliseconds(), monotonic: ContinuousClock.now)
+
+    /// This host's wall clock as it read at the first call in this process, carried since by the monotonic
+    /// clock: a step of the wall clock later (an NTP correction, an operator) does not move it.
+    public static func hostMilliseconds() -> Int {
+        let elapsed = (ContinuousClock.now - Self.start.monotonic).components
+        return Self.start.wall + Int(elapsed.seconds) * 1000 + Int(elapsed.attoseconds / 1_000_000_000_000_000)
+    }
+}
+
+/// Keeps the queue's ``QueueClock`` in step with Redis: a reading at start and every minute after (the
+/// queue's `prepare()` takes one too), and a warning when this host's wall clock moves more than a second
+/// from Redis'.
+public struct QueueClockSync: Service, CustomStringConvertible {
+    let queue: ReceiptQueue
+    let interval: Duration
+    let logger: Logger
+
+    /// How ServiceGroup's logs name it.
+    public var description: String { "QueueClockSync" }
+
+    /// Creates the service.
+    public init(queue: ReceiptQueue, interval: Duration = .seconds(60), logger: Logger) {
+        self.queue = queue
+        self.interval = interval
+        self.logger = logger
+    }
+
+    public func run() async {
+        await untilGracefulShutdown {
+            var warned = false
+            while !Task.isCancelled {
+                do {
+                    if let skew = try await self.queue.synchronizeClock() {
+                        let skewed = abs(skew) > 1000
+                        if skewed, !warned {
+                            self.logger.warning("this host's clock is off from Redis' clock; the queue keeps Redis' time", metadata: ["skew_ms": "\(skew)"])
+                        }
+                        warned = skewed
+                    }
+                } catch {
+                    // The last reading stands; readiness reports the outage.
+                    self.logger.debug("cannot read Redis' clock", metadata: ["error": "\(error)"])
+                }
+                try? await Task.sleep(for: self.interval)
+            }
+        }
+    }
+}
