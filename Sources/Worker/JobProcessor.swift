@@ -84,27 +84,28 @@ struct JobProcessor: Sendable {
                     try await self.queue.acknowledge(delivery)
                     return
                 }
-                try await self.queue.deadLetter(
+                let recorded = try await self.queue.deadLetter(
                     delivery, record: record, reason: .internal, detail: detail, now: self.queue.clock.nowMilliseconds(), retentionSeconds: self.retentionSeconds
                 )
-                Self.deadLettered(reason: .internal, detail: detail, logger: logger)
+                Self.deadLettered(recorded, reason: .internal, detail: detail, logger: logger)
             } catch {
                 logger.warning("cannot dead-letter an unreadable job", metadata: ["error": "\(error)"])
             }
         case .final(let status):
             logger.debug("job already final; acknowledging replayed entry", metadata: ["status": "\(status.rawValue)"])
             try? await self.queue.acknowledge(delivery)
-        case .ready(let job, let attempt, let acceptedAt):
+        case .ready(let job, let attempt, let acceptedAt, let startedBefore):
             logger[metadataKey: "attempt"] = "\(attempt)"
             // The API's reading of Redis' clock stamped acceptedAt: two readings may differ by a few ms.
             if attempt == 1 { WorkerMetrics.step(.wait, milliseconds: max(0, began - acceptedAt)) }
             WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
             var outcome: FulfilmentOutcome
-            // A requeued job counts its attempts afresh, and its acceptedAt restarts (the payload keeps the
-            // submission's): an attempt before the requeue may have committed its grant too.
+            // An attempt taken back for an outage may have committed its grant as PostgreSQL went away (its
+            // COMMIT's answer lost). A requeued job counts its attempts afresh, and its acceptedAt restarts (the
+            // payload keeps the submission's): an attempt before the requeue may have committed its grant too.
             let requeued = acceptedAt != job.acceptedAtMilliseconds
-            if attempt > 1 || requeued, let committed = await self.fulfiller.committed(job, logger: logger) {
+            if attempt > 1 || startedBefore || requeued, let committed = await self.fulfiller.committed(job, logger: logger) {
                 // An earlier attempt's grant is in PostgreSQL, and only its outcome was never recorded; or
                 // PostgreSQL cannot tell now (a retry).
                 if case .granted = committed { logger.info("granted by an earlier attempt; recording it") }
@@ -278,20 +279,28 @@ struct JobProcessor: Sendable {
     private func finishRejected(
         _ delivery: QueueDelivery, job: ReceiptJob, reason: JobReason, environment: String?, expiresAt: Int?, now: Int, logger: Logger
     ) async throws {
-        try await self.queue.finish(
+        let recorded = try await self.queue.finish(
             delivery, job: job, status: .rejected, reason: reason, environment: environment, expiresAt: expiresAt, now: now,
             retentionSeconds: self.retentionSeconds
         )
+        guard recorded else { return Self.superseded(logger: logger) }
         WorkerMetrics.job(status: .rejected, reason: reason)
         logger.info("rejected", metadata: ["reason": "\(reason.rawValue)"])
     }
 
     private func deadLetter(_ delivery: QueueDelivery, job: ReceiptJob, reason: JobReason, detail: String, now: Int, logger: Logger) async throws {
-        try await self.queue.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, retentionSeconds: self.retentionSeconds)
-        Self.deadLettered(reason: reason, detail: detail, logger: logger)
+        let recorded = try await self.queue.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, retentionSeconds: self.retentionSeconds)
+        Self.deadLettered(recorded, reason: reason, detail: detail, logger: logger)
     }
 
-    private static func deadLettered(reason: JobReason, detail: String, logger: Logger) {
+    /// A stalled copy's outcome, which Redis did not record: the job runs on another entry by now (promoted,
+    /// put back or requeued since), whose run decides.
+    private static func superseded(logger: Logger) {
+        logger.info("outcome not recorded: the job runs again since (a later entry decides); entry acknowledged")
+    }
+
+    private static func deadLettered(_ recorded: Bool, reason: JobReason, detail: String, logger: Logger) {
+        guard recorded else { return Self.superseded(logger: logger) }
         WorkerMetrics.job(status: .failed, reason: reason)
         logger.warning("failed; dead-lettered", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)"])
     }

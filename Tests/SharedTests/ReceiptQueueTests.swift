@@ -307,14 +307,14 @@ struct ReceiptQueueTests {
             try #require(deliveries.count == 1)
             #expect(deliveries[0].jobId == job.jobId)
             let outcome = try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds(), maxStarts: 100)
-            #expect(outcome == .ready(job, attempt: 1, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
+            #expect(outcome == .ready(job, attempt: 1, acceptedAtMilliseconds: job.acceptedAtMilliseconds, startedBefore: false))
             let record = try #require(try await harness.queue.record(jobId: job.jobId))
             #expect(record.status == .processing)
             #expect(record.attempts == 1)
             #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 1, retrying: 0, dead: 0))
             // A second delivery of the same entry counts a second attempt.
             #expect(try await harness.queue.start(deliveries[0], now: WallClock.nowMilliseconds(), maxStarts: 100)
-                == .ready(job, attempt: 2, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
+                == .ready(job, attempt: 2, acceptedAtMilliseconds: job.acceptedAtMilliseconds, startedBefore: true))
             #expect(try await harness.queue.start(QueueDelivery(entryId: "0-1", jobId: "missing", consumer: "worker-a"), now: 0, maxStarts: 100) == .missing)
         }
     }
@@ -467,7 +467,7 @@ struct ReceiptQueueTests {
             let again = try await harness.read("worker-b")
             #expect(again.map(\.jobId) == [dueJob.jobId])
             let outcome = try await harness.queue.start(try #require(again.first), now: WallClock.nowMilliseconds(), maxStarts: 100)
-            #expect(outcome == .ready(dueJob, attempt: 2, acceptedAtMilliseconds: dueJob.acceptedAtMilliseconds))
+            #expect(outcome == .ready(dueJob, attempt: 2, acceptedAtMilliseconds: dueJob.acceptedAtMilliseconds, startedBefore: true))
             // Processing again: the last attempt's reason and due time belong to `retrying`, not to this status.
             let record = try #require(try await harness.queue.record(jobId: dueJob.jobId))
             #expect(record.status == .processing && record.reason == nil && record.nextAttemptAtMilliseconds == nil)
@@ -619,7 +619,7 @@ struct ReceiptQueueTests {
             // Three starts that never record an outcome (crashed workers), with at most three starts allowed.
             for attempt in 1...3 {
                 let outcome = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 3)
-                #expect(outcome == .ready(job, attempt: attempt, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
+                #expect(outcome == .ready(job, attempt: attempt, acceptedAtMilliseconds: job.acceptedAtMilliseconds, startedBefore: attempt > 1))
             }
             #expect(try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 3) == .poison(job, attempt: 4))
         }
@@ -719,11 +719,52 @@ struct ReceiptQueueTests {
 
             // The requeued job starts again from attempt 1.
             let again = try #require(try await harness.read("worker-b").first)
-            guard case .ready(_, let attempt, _) = try await harness.queue.start(again, now: WallClock.nowMilliseconds(), maxStarts: 100) else {
+            guard case .ready(_, let attempt, _, _) = try await harness.queue.start(again, now: WallClock.nowMilliseconds(), maxStarts: 100) else {
                 Issue.record("the requeued job did not start")
                 return
             }
             #expect(attempt == 1)
+        }
+    }
+
+    @Test("a stalled worker's late dead letter or rejection does not undo a requeue made meanwhile: it only acknowledges its entry", arguments: ["failed", "rejected"])
+    func staleCopyAfterRequeue(_ outcome: String) async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job(transactionId: Fixtures.transactionId())
+            let stalled = try await harness.enqueueAndStart(job)
+            // A peer claims the entry of the stalled worker, dead-letters the job, and an operator requeues it.
+            let claimed = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(20), "worker-b to claim the entry") { () async throws -> QueueDelivery? in
+                try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 1, cursor: "0-0", count: 10).deliveries.first
+            }
+            let now = harness.queue.clock.nowMilliseconds()
+            try await harness.queue.deadLetter(claimed, job: job, reason: .appleUnavailable, detail: "out of attempts", now: now, retentionSeconds: Self.retention)
+            let requeued = try await harness.queue.requeue(
+                jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, now: now, keyTTLSeconds: Self.ttl
+            )
+            #expect(requeued == .requeued)
+
+            // The stalled worker wakes and records what it decided about the old entry.
+            if outcome == "failed" {
+                try await harness.queue.deadLetter(stalled, job: job, reason: .appleUnavailable, detail: "stale", now: now, retentionSeconds: Self.retention)
+            } else {
+                try await harness.queue.finish(stalled, job: job, status: .rejected, reason: .invalidReceipt, environment: "Production", expiresAt: nil, now: now, retentionSeconds: Self.retention)
+            }
+            let record = try #require(try await harness.queue.record(jobId: job.jobId))
+            #expect(record.status == .queued)
+            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.pending(job), "still pending for access status")
+            #expect(try await harness.redis.send("ZSCORE", harness.keys.inflight, job.jobId).int != nil, "still watched for a lost entry")
+            let claim = harness.keys.claim(publisherId: job.publisherId, transactionId: try #require(job.transactionId))
+            #expect(try await harness.redis.send("GET", claim).string != nil, "the requeued job keeps its transaction's claim")
+            // The requeued job's own entry runs and is recorded as usual.
+            let again = try #require(try await harness.read("worker-c").first)
+            #expect(again.entryId != stalled.entryId)
+            guard case .ready = try await harness.queue.start(again, now: now, maxStarts: 100) else {
+                Issue.record("the requeued job did not start")
+                return
+            }
+            try await harness.queue.finish(again, job: job, status: .rejected, reason: .invalidReceipt, environment: "Production", expiresAt: nil, now: now, retentionSeconds: Self.retention)
+            #expect(try await harness.queue.record(jobId: job.jobId)?.status == .rejected)
         }
     }
 

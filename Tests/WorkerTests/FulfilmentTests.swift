@@ -141,7 +141,7 @@ struct FulfilmentTests {
             let jobId = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
             // The last attempt committed the grant, and its COMMIT's answer was lost: the job was dead-lettered.
             let delivery = try #require(try await harness.queue.readNew(consumer: "test", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
-            guard case .ready(let job, _, _) = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 10) else {
+            guard case .ready(let job, _, _, _) = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 10) else {
                 Issue.record("the job did not start")
                 return
             }

@@ -36,6 +36,17 @@ enum QueueScripts {
 
         """
 
+    /// Whether a copy of a job working on `entry` is stale: the job is not final and runs on another entry by
+    /// now (promoted, put back or requeued since). Jobs stored before they kept their entry count as current.
+    private static let staleFunction = """
+        local function stale(job, status, entry)
+          if not status or status == 'granted' or status == 'rejected' or status == 'failed' then return false end
+          local current = redis.call('HGET', job, 'entry')
+          return current and current ~= entry
+        end
+
+        """
+
     /// Deduplicate, check the claim, write the status, add to the stream — or nothing at all — for each
     /// submission of a batch, in order (a later submission sees what an earlier one stored).
     ///
@@ -91,8 +102,9 @@ enum QueueScripts {
 
     /// Mark a delivered job `processing` and count the attempt; report final or vanished jobs instead.
     ///
-    /// KEYS: job, inflight. ARGV: now (ms), most starts allowed, jobId. Returns {'ready', attempts, payload, acceptedAt} |
-    /// {'poison', attempts, payload, acceptedAt} | {'final', status} | {'missing'}. A job started more often
+    /// KEYS: job, inflight. ARGV: now (ms), most starts allowed, jobId. Returns {'ready', attempts, payload, acceptedAt,
+    /// started before ('1' or '0': not `queued`)} | {'poison', attempts, payload, acceptedAt, started before} |
+    /// {'final', status} | {'missing'}. A job started more often
     /// than attempts allow never finished its earlier starts (it crashed or stalled its workers): poison.
     /// `acceptedAt` restarts when an operator requeues, so the age limit counts from the requeue.
     static let start = RedisScript(name: "start", source: """
@@ -107,7 +119,7 @@ enum QueueScripts {
         redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
         local verdict = 'ready'
         if attempts > tonumber(ARGV[2]) then verdict = 'poison' end
-        return {verdict, attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt')}
+        return {verdict, attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt'), status == 'queued' and '0' or '1'}
         """)
 
     /// Record a final outcome (granted or rejected), forget the receipt, acknowledge and trim the entry.
@@ -125,14 +137,19 @@ enum QueueScripts {
     ///
     /// A job parked in the retry set (by another copy of it) leaves the set: it is final.
     ///
+    /// A rejection from a stalled copy whose job runs on another entry by now (promoted, put back or requeued
+    /// since) only acknowledges its entry (`stale`): the job's current run decides. Else a late copy would
+    /// undo an operator's requeue.
+    ///
     /// KEYS: job, stream, pending, dead, inflight, retry, the job's claim when it has a transaction id, then the
     /// claims a grant takes. ARGV: entry id, group, status, reason, environment, expiresAt, now, retention (s),
     /// jobId, access channel, customer, whether KEYS[7] is the job's claim ('1' or '0').
-    /// Empty strings mean "not set".
-    static let finish = RedisScript(name: "finish", source: claimFunctions + """
+    /// Empty strings mean "not set". Returns 1, or 0 when stale.
+    static let finish = RedisScript(name: "finish", source: claimFunctions + staleFunction + """
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         local current = redis.call('HGET', KEYS[1], 'status')
+        if ARGV[3] ~= 'granted' and stale(KEYS[1], current, ARGV[1]) then return 0 end
         local settled = current == 'granted' or ((current == 'rejected' or current == 'failed') and ARGV[3] ~= 'granted')
         if current and not settled then
           local dead = redis.call('HGET', KEYS[1], 'deadEntry')
@@ -256,9 +273,17 @@ enum QueueScripts {
     /// given up as in `finish` (only when this job took it); a job already final is only acknowledged. Entries older than the retention
     /// leave the dead-letter stream (their jobs' statuses have expired, so they could not be requeued).
     ///
-    /// KEYS: job, stream, dead, pending, inflight, retry, and claim when the job has a transaction id. ARGV: entry id,
-    /// group, jobId, reason, detail, now, retention (s), access channel, customer.
-    static let deadLetter = RedisScript(name: "dead-letter", source: claimFunctions + """
+    /// A stalled copy whose job runs on another entry by now only acknowledges its entry, as in `finish`.
+    ///
+    /// KEYS: job, stream, dead, pending, inflight, retry, and claim when the job has a transaction id. ARGV: entry id
+    /// (empty for a job parked in the retry set), group, jobId, reason, detail, now, retention (s), access channel,
+    /// customer. Returns 1, or 0 when stale.
+    static let deadLetter = RedisScript(name: "dead-letter", source: claimFunctions + staleFunction + """
+        if ARGV[1] ~= '' and stale(KEYS[1], redis.call('HGET', KEYS[1], 'status'), ARGV[1]) then
+          redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
+          redis.call('XDEL', KEYS[2], ARGV[1])
+          return 0
+        end
         redis.call('SREM', KEYS[4], ARGV[3])
         redis.call('ZREM', KEYS[5], ARGV[3])
         redis.call('ZREM', KEYS[6], ARGV[3])

@@ -242,10 +242,10 @@ public struct ReceiptQueue: Sendable {
         let parts = reply.array ?? []
         switch parts.first?.string {
         case "ready", "poison":
-            guard parts.count == 4, let attempt = parts[1].int, let payload = parts[2].string else { return .missing }
+            guard parts.count == 5, let attempt = parts[1].int, let payload = parts[2].string else { return .missing }
             guard let job = ReceiptJob(json: payload) else { return .unreadable(attempt: attempt) }
             if parts[0].string == "poison" { return .poison(job, attempt: attempt) }
-            return .ready(job, attempt: attempt, acceptedAtMilliseconds: parts[3].int ?? job.acceptedAtMilliseconds)
+            return .ready(job, attempt: attempt, acceptedAtMilliseconds: parts[3].int ?? job.acceptedAtMilliseconds, startedBefore: parts[4].string == "1")
         case "final":
             return .final(parts.count > 1 ? parts[1].string.flatMap(JobStatus.init) ?? .failed : .failed)
         default:
@@ -256,12 +256,16 @@ public struct ReceiptQueue: Sendable {
     /// Records a final `granted`/`rejected` outcome and acknowledges the entry. A grant's `claimed`
     /// transaction ids become the customer's in Redis for `retentionSeconds`, so the API refuses another
     /// customer's submission of them at once (409), though this job was submitted without them.
+    ///
+    /// Returns `false` when a rejection came from a stale copy (its job runs on another entry by now: promoted,
+    /// put back or requeued since), which only acknowledged its entry.
+    @discardableResult
     public func finish(
         _ delivery: QueueDelivery, job: ReceiptJob, status: JobStatus, reason: JobReason?, environment: String?,
         expiresAt: Int?, now: Int, retentionSeconds: Int, claimed: [String] = []
-    ) async throws {
+    ) async throws -> Bool {
         let own = self.claimKeys(job)
-        try await self.redis.run(
+        return try await self.redis.run(
             QueueScripts.finish,
             keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight, self.keys.retry] + own
                 + claimed.map { self.keys.claim(publisherId: job.publisherId, transactionId: $0) },
@@ -270,7 +274,7 @@ public struct ReceiptQueue: Sendable {
                 expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId, self.keys.accessChannel, job.customerEmail,
                 own.isEmpty ? "0" : "1",
             ]
-        )
+        ).int != 0
     }
 
     /// Tells the group that `consumer` is still working on these entries (their idle time starts again), so
@@ -370,8 +374,10 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// Dead-letters a job (status `failed`) and acknowledges its entry; `delivery` is `nil` for a job
-    /// that is no longer on the stream.
-    public func deadLetter(_ delivery: QueueDelivery?, job: ReceiptJob, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws {
+    /// that is no longer on the stream. Returns `false` when the delivery was a stale copy, as in
+    /// ``finish(_:job:status:reason:environment:expiresAt:now:retentionSeconds:claimed:)``.
+    @discardableResult
+    public func deadLetter(_ delivery: QueueDelivery?, job: ReceiptJob, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws -> Bool {
         try await self.deadLetter(
             delivery, jobId: job.jobId, customerEmail: job.customerEmail, pendingKey: self.keys.pending(for: job), claimKeys: self.claimKeys(job),
             reason: reason, detail: detail, now: now, retentionSeconds: retentionSeconds
@@ -380,7 +386,8 @@ public struct ReceiptQueue: Sendable {
 
     /// ``deadLetter(_:job:reason:detail:now:retentionSeconds:)`` for a job known only by its status record
     /// (its payload could not be read). Its transaction's claim, if any, is left to expire.
-    public func deadLetter(_ delivery: QueueDelivery, record: JobRecord, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws {
+    @discardableResult
+    public func deadLetter(_ delivery: QueueDelivery, record: JobRecord, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws -> Bool {
         try await self.deadLetter(
             delivery, jobId: record.jobId, customerEmail: record.customerEmail,
             pendingKey: self.keys.pending(publisherId: record.publisherId, customerEmail: record.customerEmail, offerId: record.offerId), claimKeys: [],
@@ -391,7 +398,7 @@ public struct ReceiptQueue: Sendable {
     private func deadLetter(
         _ delivery: QueueDelivery?, jobId: String, customerEmail: String, pendingKey: String, claimKeys: [String], reason: JobReason, detail: String,
         now: Int, retentionSeconds: Int
-    ) async throws {
+    ) async throws -> Bool {
         try await self.redis.run(
             QueueScripts.deadLetter,
             keys: [self.keys.job(jobId), self.keys.stream, self.keys.dead, pendingKey, self.keys.inflight, self.keys.retry] + claimKeys,
@@ -399,7 +406,7 @@ public struct ReceiptQueue: Sendable {
                 delivery?.entryId ?? "", self.keys.group, jobId, reason.rawValue, detail, String(now), String(retentionSeconds),
                 self.keys.accessChannel, customerEmail,
             ]
-        )
+        ).int != 0
     }
 
     /// Puts back on the stream unfinished jobs whose entry vanished (an `XTRIM`, an `XDEL`) and that were

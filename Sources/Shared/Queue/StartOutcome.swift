@@ -1,7 +1,9 @@
 /// What a worker finds when it starts on a delivery.
 public enum StartOutcome: Sendable, Equatable {
-    /// Work to do: the job, which attempt this is, and when it was accepted (Unix ms).
-    case ready(ReceiptJob, attempt: Int, acceptedAtMilliseconds: Int)
+    /// Work to do: the job, which attempt this is, when it was accepted (Unix ms), and whether it started
+    /// before (since it was accepted or requeued), counted or not: an attempt taken back for an outage may
+    /// have committed its grant as PostgreSQL went away.
+    case ready(ReceiptJob, attempt: Int, acceptedAtMilliseconds: Int, startedBefore: Bool)
     /// Started more often than attempts allow without ever finishing: dead-letter it instead of crashing
     /// workers forever.
     case poison(ReceiptJob, attempt: Int)

@@ -476,7 +476,7 @@ struct AdminRouteTests {
             await blocking.shutdown()
             let delivery = try #require(deliveries.first)
             #expect(delivery.jobId == first)
-            guard case .ready(let job, _, _) = try await api.services.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 100) else {
+            guard case .ready(let job, _, _, _) = try await api.services.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 100) else {
                 Issue.record("the job did not start")
                 return
             }
