@@ -813,6 +813,21 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a subscription submitted again, while the offer is the customer's for life (bought in another app), reports access with no end, as the access status does")
+    func repeatUnderLifetimeAccess() async throws {
+        try await Self.withWorld { world in
+            let (tv, lifetime) = try await Self.secondApp(world, selling: .nonConsumable)
+            let period = Self.subscription(Date(), endingInDays: 30)[0]
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period])).isGranted)
+            var forLife = world.request("a@example.com", lifetime, AppleTransaction(productId: lifetime.productId, transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date())))
+            forLife.app = tv
+            #expect(try await world.grants.grant(forLife) == .granted(expiresAt: nil))
+            // Another job for the same subscription period (a resubmission after its status expired).
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period])) == .granted(expiresAt: nil))
+            #expect(try await world.access("a@example.com", world.subscription).expiresAt == nil)
+        }
+    }
+
     /// A second app of the publisher (tvOS) and its product for the subscription's offer: one offer is one
     /// product per app. A pass is of 30 days.
     static func secondApp(_ world: World, selling kind: ProductKind) async throws -> (App, Product) {

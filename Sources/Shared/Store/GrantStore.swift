@@ -111,7 +111,9 @@ public struct GrantStore: Sendable {
         let resubscribed = request.product.kind == .autoRenewable && ledger.entitlement?.active != true
             && Self.newExpiry(request: request, current: ledger.entitlement) != nil
         if ledger.state == "fulfilled", !resubscribed {
-            let expiresAt = ledger.entitlement?.expiresAt ?? ledger.grantedUntil
+            // The access as it stands (no end: the offer is the customer's for life, bought in another app),
+            // or what this row granted when the customer holds none.
+            let expiresAt = ledger.entitlement.map(\.expiresAt) ?? ledger.grantedUntil
             if ledger.jobId != job.jobId, request.product.kind == .autoRenewable || request.product.kind == .nonRenewing,
                 let entitlement = ledger.entitlement, !entitlement.active,
                 try await session.query("SELECT 1 FROM granted_jobs WHERE job_id = $1", [job.jobId]).first == nil
