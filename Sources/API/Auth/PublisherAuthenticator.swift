@@ -11,23 +11,27 @@ struct PublisherAuthenticator: Sendable {
 
     /// The enabled publisher holding both credentials, or `nil`.
     func authenticate(token: String, username: String, password: String) async throws -> Publisher? {
-        guard let record = try await self.record(token: token) else { return nil }
-        let userMatches = PublisherCredentials.constantTimeEquals(Array(username.utf8), Array(record.username.utf8))
-        let passwordMatches = PublisherCredentials.constantTimeEquals(PublisherCredentials.hash(password), record.passwordHash)
-        return userMatches && passwordMatches ? record.publisher : nil
+        let user = Array(username.utf8)
+        let passwordHash = PublisherCredentials.hash(password)
+        return try await self.directory.record(tokenHash: PublisherCredentials.hash(token)) { record in
+            let userMatches = PublisherCredentials.constantTimeEquals(user, Array(record.username.utf8))
+            let passwordMatches = PublisherCredentials.constantTimeEquals(passwordHash, record.passwordHash)
+            return record.publisher.enabled && userMatches && passwordMatches
+        }?.publisher
     }
 
     /// The enabled publisher whose `X-Publisher-Token` this is (the Basic half is not checked).
     func publisher(token: String) async throws -> Publisher? {
-        try await self.record(token: token)?.publisher
+        try await self.directory.record(tokenHash: PublisherCredentials.hash(token)) { $0.publisher.enabled }?.publisher
     }
 
     /// The customer a valid token names, with its publisher, which must exist and be enabled and still
     /// hold the credentials that obtained the token.
     func authenticate(customerToken: String) async throws -> (Publisher, CustomerTokens.Identity)? {
         guard let identity = await self.customerTokens?.verify(customerToken),
-            let record = try await self.directory.record(id: identity.publisherId),
-            record.publisher.enabled, identity.credentials == record.credentialsFingerprint
+            let record = try await self.directory.record(id: identity.publisherId, accepts: {
+                $0.publisher.enabled && $0.credentialsFingerprint == identity.credentials
+            })
         else { return nil }
         return (record.publisher, identity)
     }
@@ -36,10 +40,5 @@ struct PublisherAuthenticator: Sendable {
     /// processes follow within ``PublisherDirectory/lifetime``).
     func forgetCachedPublishers() {
         self.directory.invalidate()
-    }
-
-    private func record(token: String) async throws -> PublisherAuthRecord? {
-        guard let record = try await self.directory.record(tokenHash: PublisherCredentials.hash(token)), record.publisher.enabled else { return nil }
-        return record
     }
 }

@@ -7,8 +7,10 @@ import Synchronization
 /// Every publisher's credentials, in memory, from one query that ``run()`` repeats every ``lifetime``
 /// seconds: authenticating a request costs no database round trip.
 ///
-/// - A credential the snapshot lacks waits for one loaded after the request arrived, so a publisher
-///   created or rotated on another API process authenticates here at once. Such reloads are shared by
+/// - A credential the snapshot lacks or refuses (a wrong password, a disabled publisher, a customer token
+///   of other credentials) waits for one loaded after the request arrived, so a publisher created,
+///   rotated or enabled again on another API process authenticates here at once, and a wrong credential is
+///   told from a right one only by a snapshot of now (while PostgreSQL is away both answer 503). Such reloads are shared by
 ///   every request waiting and begin at most once per ``reloadInterval``: a flood of made-up tokens costs
 ///   PostgreSQL at most ten small queries a second per API process, whatever its rate, and cannot push
 ///   known publishers out of memory.
@@ -72,14 +74,15 @@ final class PublisherDirectory: Sendable {
         self.intervalNanoseconds = UInt64(reloadInterval * 1_000_000_000)
     }
 
-    /// The publisher holding a token, by the token's SHA-256.
-    func record(tokenHash: [UInt8]) async throws -> PublisherAuthRecord? {
-        try await self.find { $0.byTokenHash[tokenHash] }
+    /// The publisher holding a token, by the token's SHA-256, when `accepts` takes it: a record the snapshot
+    /// in hand holds but `accepts` refuses is looked up again in a newer one.
+    func record(tokenHash: [UInt8], accepts: (PublisherAuthRecord) -> Bool = { _ in true }) async throws -> PublisherAuthRecord? {
+        try await self.find({ $0.byTokenHash[tokenHash] }, accepts: accepts)
     }
 
-    /// A publisher, by id.
-    func record(id: UUID) async throws -> PublisherAuthRecord? {
-        try await self.find { $0.byId[id] }
+    /// A publisher, by id, when `accepts` takes it (as ``record(tokenHash:accepts:)``).
+    func record(id: UUID, accepts: (PublisherAuthRecord) -> Bool = { _ in true }) async throws -> PublisherAuthRecord? {
+        try await self.find({ $0.byId[id] }, accepts: accepts)
     }
 
     /// Drops the snapshot after an admin change made through this process, so that the next request waits
@@ -114,14 +117,14 @@ final class PublisherDirectory: Sendable {
         }
     }
 
-    private func find(_ lookUp: (Snapshot) -> PublisherAuthRecord?) async throws -> PublisherAuthRecord? {
+    private func find(_ lookUp: (Snapshot) -> PublisherAuthRecord?, accepts: (PublisherAuthRecord) -> Bool) async throws -> PublisherAuthRecord? {
         let arrival = Self.now()
         if let snapshot = self.state.withLock({ $0.snapshot }), arrival < snapshot.loadedAt &+ self.usableNanoseconds,
-            let found = lookUp(snapshot)
+            let found = lookUp(snapshot), accepts(found)
         {
             return found
         }
-        return lookUp(try await self.snapshot(loadedAfter: arrival))
+        return lookUp(try await self.snapshot(loadedAfter: arrival)).flatMap { accepts($0) ? $0 : nil }
     }
 
     /// A snapshot whose query began at `arrival` or later: the one in hand, the reload in flight, or a

@@ -66,6 +66,30 @@ struct PublisherAuthenticatorTests {
         }
     }
 
+    @Test("a publisher enabled again elsewhere authenticates at once: a record the snapshot refuses waits for a newer one")
+    func enabledElsewhere() async throws {
+        try await Self.withAuthenticated { authenticator, first, _, catalog, _ in
+            let publisher = try #require(try await Self.authenticate(authenticator, first))
+            _ = try await catalog.setPublisher(id: publisher.id, enabled: false)
+            authenticator.forgetCachedPublishers()
+            #expect(try await Self.authenticate(authenticator, first) == nil)
+            // Enabled again through another API process: this one's snapshot, well within its lifetime, says disabled.
+            _ = try await catalog.setPublisher(id: publisher.id, enabled: true)
+            #expect(try await Self.authenticate(authenticator, first)?.id == publisher.id)
+        }
+    }
+
+    @Test("while PostgreSQL is away a wrong password answers the outage, as a token the snapshot lacks does: the two cannot be told apart")
+    func wrongPasswordWhileDatabaseAway() async throws {
+        try await Self.withAuthenticated { authenticator, first, _, _, postgres in
+            try await postgres.stop()
+            #expect(try await Self.authenticate(authenticator, first) != nil)
+            await #expect(throws: PostgresError.self) {
+                try await authenticator.authenticate(token: first.publisherToken, username: first.username, password: first.password + "x")
+            }
+        }
+    }
+
     @Test("the refresher applies a change made elsewhere within its lifetime")
     func refresherAppliesChanges() async throws {
         try await Self.withAuthenticated(lifetime: 0.05) { authenticator, first, _, catalog, _ in
