@@ -20,7 +20,6 @@ struct Admin: AsyncParsableCommand {
         @Option(help: "The API's base URL (default: TOLLGATE_ADMIN_URL, else http://127.0.0.1:8080).")
         var url: String?
 
-        /// Sends one admin request and prints the answer; throws `ExitCode(1)` on a refusal.
         /// `PATCH <collection>/<id>` with `{"enabled": …}`: enabling and disabling publishers and products.
         func setEnabled(_ enabled: Bool, _ collection: String, _ id: String) async throws {
             try await self.call(.PATCH, "\(collection)/\(try pathSegment(id))", body: ["enabled": enabled])
@@ -30,12 +29,12 @@ struct Admin: AsyncParsableCommand {
         /// process's configuration (CONTRACT.md), before any request is made.
         func target() throws -> (base: String, token: String) {
             let environment = ProcessInfo.processInfo.environment
-            guard let token = environment["TOLLGATE_ADMIN_TOKEN"], !token.isEmpty else {
-                throw Self.refuse(ConfigurationError(variable: "TOLLGATE_ADMIN_TOKEN", "is not set"))
-            }
             // As every variable is read (Configuration): trimmed, and empty means unset.
             func given(_ value: String?) -> String? {
                 value.map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty ? nil : $0 }
+            }
+            guard let token = given(environment["TOLLGATE_ADMIN_TOKEN"]) else {
+                throw Self.refuse(ConfigurationError(variable: "TOLLGATE_ADMIN_TOKEN", "is not set"))
             }
             let variable = given(self.url) == nil ? "TOLLGATE_ADMIN_URL" : "--url"
             let text = given(self.url) ?? given(environment["TOLLGATE_ADMIN_URL"]) ?? "http://127.0.0.1:8080"
@@ -53,6 +52,7 @@ struct Admin: AsyncParsableCommand {
             return ExitCode(2)
         }
 
+        /// Sends one admin request and prints the answer; throws `ExitCode(1)` on a refusal.
         func call(_ method: HTTPMethod, _ path: String, body: [String: Any]? = nil) async throws {
             let (base, token) = try self.target()
             var request = HTTPClientRequest(url: base + "/admin/v1" + path)
@@ -68,7 +68,10 @@ struct Admin: AsyncParsableCommand {
                 response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
                 bytes = try await response.body.collect(upTo: 16 << 20)
             } catch {
-                FileHandle.standardError.write(Data("tollgate-api admin: cannot reach \(base): \(error)\n".utf8))
+                // A change sent without an answer back (a timeout, a connection cut) may have been made: rerunning
+                // it blindly would create a second publisher, or rotate away credentials never seen.
+                let hint = method == .GET ? "" : "; if the request was sent, it may have been applied: list what it changes before running it again"
+                FileHandle.standardError.write(Data("tollgate-api admin: cannot reach \(base), or no answer: \(error)\(hint)\n".utf8))
                 throw ExitCode(1)
             }
             let data = Data(bytes.readableBytesView)

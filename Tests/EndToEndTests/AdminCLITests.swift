@@ -99,6 +99,10 @@ struct AdminCLITests {
             let missing = try await Self.admin(system, ["queue"], token: nil)
             #expect(missing.status == 2)
             #expect(missing.error == "tollgate-api admin: invalid TOLLGATE_ADMIN_TOKEN: is not set\n")
+            // Blank is unset, as the API reads it.
+            let blank = try await Self.admin(system, ["queue"], token: "   ")
+            #expect(blank.status == 2)
+            #expect(blank.error == "tollgate-api admin: invalid TOLLGATE_ADMIN_TOKEN: is not set\n")
             for url in ["127.0.0.1:8080", "ftp://127.0.0.1:8080", "http://", "http://admin:secret@127.0.0.1:8080", "http://127.0.0.1:8080/?x=1", "http://127.0.0.1:99999", "http://127.0.0.1:0"] {
                 let unusable = try await Self.admin(system, ["queue", "--url", url], token: token)
                 #expect(unusable.status == 2, "\(url): \(unusable.error)")

@@ -169,8 +169,8 @@ struct AdminController {
         guard let kind = ProductKind(rawValue: kindText) else {
             throw APIError.invalid("kind", code: "invalid_kind", "kind must be consumable, non_consumable, auto_renewable or non_renewing")
         }
-        let title = try json.requiredString("title")
-        let description = try json.string("description")
+        let title = try Self.bounded(json.requiredString("title"), field: "title")
+        let description = try json.string("description").map { try Self.bounded($0, field: "description") }
         let coins = try json.int("coins")
         let durationDays = try json.int("durationDays")
         let enabled = try json.bool("enabled") ?? true
@@ -203,6 +203,15 @@ struct AdminController {
         return JSONBody.response(.ok, ProductList(products: products.map(ProductView.init)))
     }
 
+    /// Most characters of a product's `title` and `description`: each is kept in every API's and worker's
+    /// offer cache, so a body's megabyte must not end up there.
+    static let textLimits = ["title": 200, "description": 2000]
+
+    static func bounded(_ text: String, field: String) throws -> String {
+        guard let limit = Self.textLimits[field], text.unicodeScalars.count > limit else { return text }
+        throw APIError.invalid(field, code: "invalid_\(field)", "\(field) must be at most \(limit) characters")
+    }
+
     @Sendable func updateProduct(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         guard let id = context.parameters.get("productId").flatMap(UUID.init(uuidString:)),
             let existing = try await self.services.catalog.product(id: id)
@@ -216,11 +225,11 @@ struct AdminController {
             guard let sent = try json.string(field), (field == "publisherId" ? sent.lowercased() : sent) != current else { continue }
             throw APIError.invalid(field, code: "immutable_field", "\(field) cannot be changed; create another product instead")
         }
-        let title = try json.string("title")
+        let title = try json.string("title").map { try Self.bounded($0, field: "title") }
         guard title?.isEmpty != true else { throw APIError.invalid("title", code: "invalid_title", "title must not be empty") }
         let amounts = try Self.checkAmounts(kind: existing.kind, coins: try json.int("coins"), durationDays: try json.int("durationDays"), patch: true)
         let patch = ProductPatch(
-            enabled: try json.bool("enabled"), title: title, description: try json.string("description"),
+            enabled: try json.bool("enabled"), title: title, description: try json.string("description").map { try Self.bounded($0, field: "description") },
             coins: amounts.coins, durationDays: amounts.durationDays
         )
         let product = try await self.services.catalog.updateProduct(id: id, patch)
