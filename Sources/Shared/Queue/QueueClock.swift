@@ -31,24 +31,30 @@ public final class QueueClock: Sendable {
         self.host() + self.offset.load(ordering: .relaxed)
     }
 
-    /// Reads Redis' `TIME` and takes it as now at the round trip's midpoint. Returns how far this host's
-    /// clock is from Redis' (ms, positive when this host's runs ahead), or `nil` when the reading was too
-    /// slow to replace an earlier one.
+    /// Reads Redis' `TIME` three times and takes the reading with the shortest round trip as now at that
+    /// round trip's midpoint (off by at most half of it: a busy host resumes a task late, and a late
+    /// resumption looks like a slow answer). Returns how far this host's clock is from Redis' (ms, positive
+    /// when this host's runs ahead), or `nil` when every reading was too slow to replace an earlier one.
     @discardableResult
     public func synchronize(with redis: RedisClient) async throws -> Int? {
-        let before = self.host()
-        let reply = try await redis.send("TIME")
-        let after = self.host()
-        guard let parts = reply.array, parts.count == 2,
-              let seconds = parts[0].string.flatMap(Int.init), let microseconds = parts[1].string.flatMap(Int.init)
-        else {
-            throw RedisError(.protocolViolation, "TIME returned an unexpected reply")
+        var best: (roundTrip: Int, offset: Int)?
+        for _ in 0..<3 {
+            let before = self.host()
+            let reply = try await redis.send("TIME")
+            let after = self.host()
+            guard let parts = reply.array, parts.count == 2,
+                  let seconds = parts[0].string.flatMap(Int.init), let microseconds = parts[1].string.flatMap(Int.init)
+            else {
+                throw RedisError(.protocolViolation, "TIME returned an unexpected reply")
+            }
+            let reading = (roundTrip: after - before, offset: seconds * 1000 + microseconds / 1000 - (before + after) / 2)
+            if best.map({ reading.roundTrip < $0.roundTrip }) ?? true { best = reading }
         }
-        if after - before > Self.slowestReadingMilliseconds, self.read.load(ordering: .relaxed) { return nil }
-        let offset = seconds * 1000 + microseconds / 1000 - (before + after) / 2
-        self.offset.store(offset, ordering: .relaxed)
+        guard let best else { return nil }
+        if best.roundTrip > Self.slowestReadingMilliseconds, self.read.load(ordering: .relaxed) { return nil }
+        self.offset.store(best.offset, ordering: .relaxed)
         self.read.store(true, ordering: .relaxed)
-        return -offset
+        return -best.offset
     }
 
     private static let start = (wall: WallClock.nowMilliseconds(), monotonic: ContinuousClock.now)
