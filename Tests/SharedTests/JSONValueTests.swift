@@ -28,10 +28,19 @@ struct JSONValueTests {
             "o": .object([:]),
             "a": .array([]),
         ]))
-        #expect(try Self.parse(#"{"k":1,"k":2}"#) == .object(["k": .number("2")]), "the last duplicate wins")
         #expect(try Self.parse("\"\"") == .string(""))
         #expect(try Self.parse("\"\\u0000\"") == .string("\u{0}"), "NUL is text; fields refuse it later")
         #expect(try Self.parse("[1e400,-1E+999]") == .array([.number("1e400"), .number("-1E+999")]), "the literal is kept; a field that reads it refuses it")
+    }
+
+    @Test("an object naming a member twice is refused, at any depth, whatever the values")
+    func duplicateKeys() throws {
+        #expect(throws: JSONValue.ParseError.duplicateKey("k")) { try Self.parse(#"{"k":1,"k":2}"#) }
+        #expect(throws: JSONValue.ParseError.duplicateKey("k")) { try Self.parse(#"{"k":"same","k":"same"}"#) }
+        #expect(throws: JSONValue.ParseError.duplicateKey("offerId")) { try Self.parse(#"[{"receipt":{"offerId":null,"offerId":"A"}}]"#) }
+        #expect(throws: JSONValue.ParseError.duplicateKey("k")) { try Self.parse(#"{"k":1,"\u006b":2}"#) }
+        #expect(try Self.parse(#"{"k":{"k":1},"K":2}"#) == .object(["k": .object(["k": .number("1")]), "K": .number("2")]))
+        #expect(Array(#"{"status":0,"status":21003}"#.utf8).withUnsafeBytes { JSONValue.object($0, maxDepth: 4) } == nil, "an answer from Apple too")
     }
 
     @Test("texts that are not JSON are refused", arguments: [
@@ -172,6 +181,8 @@ struct JSONValueTests {
             case .success(let value):
                 // Foundation refuses a number beyond Double's range; RFC 8259 §6 lets a parser keep it.
                 #expect(foundation.map { Self.same(value, $0) } ?? Self.holdsNumberBeyondDouble(value), "accepted what Foundation reads otherwise: \(text)")
+            case .failure(.duplicateKey):
+                break  // Foundation keeps one of the two; see `duplicateKeys`.
             case .failure:
                 // Foundation also reads UTF-16 and UTF-32 texts (only UTF-8 is JSON, RFC 8259 §8.1),
                 // and on Linux a comma before a closing bracket.

@@ -37,6 +37,9 @@ struct JSONObject {
             self.init(values: values, path: "")
         case .failure(.tooDeep):
             throw APIError(.badRequest, code: "too_deeply_nested", "the body nests arrays or objects more than \(Self.maxDepth) deep")
+        case .failure(.duplicateKey(let key)):
+            let named = key.utf8.count <= 64 ? " \"\(key)\"" : ""
+            throw APIError(.badRequest, code: "duplicate_key", "an object in the body names the member\(named) twice")
         case .success, .failure(.malformed):
             throw APIError(.badRequest, code: "malformed_json", "the body must be a JSON object")
         }
@@ -73,13 +76,51 @@ struct JSONObject {
         return flag
     }
 
-    /// A whole-number field: an integer literal, or a number with a zero fraction (`30.0`, `3e1`).
+    /// A whole-number field: an integer literal, or a number whose value is whole (`30.0`, `3e1`, `1500e-2`).
     func int(_ key: String) throws -> Int? {
         guard let value = self.values.present(key) else { return nil }
-        guard case .number(let literal) = value, let int = Int(literal) ?? Double(literal).flatMap({ Int(exactly: $0) }) else {
+        guard case .number(let literal) = value, let int = Int(literal) ?? Self.wholeNumber(literal) else {
             throw APIError.invalidType(self.name(key), expected: "a whole number")
         }
         return int
+    }
+
+    /// The value of a JSON number literal (its grammar already checked) when it is whole and fits `Int`,
+    /// read from its decimal digits: through `Double`, `1.0000000000000001` would read as 1.
+    static func wholeNumber(_ literal: String) -> Int? {
+        var digits: [UInt8] = []
+        var point: Int?
+        var exponent: Int? = 0
+        var negative = false
+        var bytes = literal.utf8[...]
+        if bytes.first == UInt8(ascii: "-") {
+            negative = true
+            bytes = bytes.dropFirst()
+        }
+        while let byte = bytes.popFirst() {
+            switch byte {
+            case UInt8(ascii: "."): point = digits.count
+            case UInt8(ascii: "e"), UInt8(ascii: "E"):
+                exponent = Int(Substring(bytes))  // nil past Int: only zero is whole then
+                bytes = bytes[bytes.endIndex...]
+            default: digits.append(byte - UInt8(ascii: "0"))
+            }
+        }
+        // The digits from the first that is not 0, and how many of them stand before the decimal point.
+        guard let first = digits.firstIndex(where: { $0 != 0 }) else { return 0 }
+        guard let exponent, case let (whole, overflow) = ((point ?? digits.count) - first).addingReportingOverflow(exponent), !overflow,
+              (1...19).contains(whole) else { return nil }  // Int.max has 19 digits
+        let significant = digits[first...]
+        guard significant.dropFirst(whole).allSatisfy({ $0 == 0 }) else { return nil }
+        var value = 0
+        for index in 0..<whole {
+            let digit = index < significant.count ? Int(significant[first + index]) : 0
+            let (times, overflowTimes) = value.multipliedReportingOverflow(by: 10)
+            let (sum, overflowSum) = negative ? times.subtractingReportingOverflow(digit) : times.addingReportingOverflow(digit)
+            guard !overflowTimes, !overflowSum else { return nil }
+            value = sum
+        }
+        return value
     }
 
     /// A nested object field.

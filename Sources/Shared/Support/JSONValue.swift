@@ -18,11 +18,15 @@ public enum JSONValue: Equatable, Sendable {
         case malformed
         /// Arrays and objects nested deeper than allowed.
         case tooDeep
+        /// An object names the same member twice. RFC 8259 leaves what that means to the reader, so two
+        /// readers of one text may see two values (a publisher's middleware one offer, Tollgate another; an
+        /// answer from Apple two statuses): refused rather than guessed (I-JSON, RFC 7493 §2.3).
+        case duplicateKey(String)
     }
 
     /// Parses one JSON text: a value with optional whitespace around it, in UTF-8.
     ///
-    /// Duplicate object keys keep the last value. Nesting deeper than `maxDepth` arrays and objects is
+    /// An object that names a member twice is refused (``ParseError/duplicateKey(_:)``). Nesting deeper than `maxDepth` arrays and objects is
     /// refused as soon as it is reached, so a hostile body cannot make the parser recurse deeply.
     public static func parse(_ bytes: UnsafeRawBufferPointer, maxDepth: Int) throws(ParseError) -> JSONValue {
         var parser = Parser(bytes: bytes, maxDepth: maxDepth)
@@ -104,7 +108,7 @@ private struct Parser {
             guard self.current == UInt8(ascii: ":") else { throw .malformed }
             self.position += 1
             self.skipWhitespace()
-            members[key] = try self.value(depth: depth)
+            guard members.updateValue(try self.value(depth: depth), forKey: key) == nil else { throw .duplicateKey(key) }
             if try self.closes(UInt8(ascii: "}")) { return .object(members) }
         }
     }

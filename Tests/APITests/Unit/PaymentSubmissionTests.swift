@@ -44,6 +44,8 @@ struct PaymentSubmissionTests {
         Refusal("a JSON array", #"[{"customerEmail":"viewer@example.com"}]"#, .badRequest, "malformed_json", nil),
         Refusal("a JSON string", #""hello""#, .badRequest, "malformed_json", nil),
         Refusal("JSON null", "null", .badRequest, "malformed_json", nil),
+        Refusal("offerId twice", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"offerId":"p"}"#, .badRequest, "duplicate_key", nil),
+        Refusal("transactionId twice", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)","transactionId":"1","transactionId":"2"}}"#, .badRequest, "duplicate_key", nil),
         // 400: missing fields.
         Refusal("missing customerEmail", #"{"offerId":"o","receipt":{"receiptData":"\#(rd)"}}"#, .badRequest, "missing_field", "customerEmail"),
         Refusal("empty customerEmail", #"{"customerEmail":"","offerId":"o","receipt":{"receiptData":"\#(rd)"}}"#, .badRequest, "missing_field", "customerEmail"),
@@ -145,12 +147,19 @@ struct JSONObjectTests {
         #expect(error?.field == "flag")
     }
 
-    @Test("int accepts whole numbers", arguments: [("0", 0), ("1", 1), ("100", 100), ("-7", -7), ("1000000000", 1_000_000_000), ("30.0", 30)])
+    @Test("int accepts whole numbers", arguments: [
+        ("0", 0), ("1", 1), ("100", 100), ("-7", -7), ("1000000000", 1_000_000_000), ("30.0", 30), ("3e1", 30), ("1500e-2", 15),
+        ("-0.0", 0), ("0.000e5", 0), ("12.500e1", 125), ("-2.5E+1", -25), ("9223372036854775807", Int.max),
+        ("-9223372036854775808", Int.min), ("9.223372036854775807e18", Int.max), ("0e999999", 0), ("1e0", 1),
+    ])
     func integers(literal: String, expected: Int) throws {
         #expect(try Self.object(#"{"n":\#(literal)}"#).int("n") == expected)
     }
 
-    @Test("int refuses booleans, fractions, strings and out-of-range numbers", arguments: ["true", "false", "1.5", #""100""#, "1e300", "[1]"])
+    @Test("int refuses booleans, fractions, strings and out-of-range numbers", arguments: [
+        "true", "false", "1.5", #""100""#, "1e300", "[1]", "1.0000000000000001", "9007199254740993.5", "1e-1", "15e-1",
+        "9223372036854775808", "9.223372036854775808e18", "-9223372036854775809", "1e19", "1e9999999",
+    ])
     func notIntegers(literal: String) throws {
         let json = try Self.object(#"{"n":\#(literal)}"#)
         let error = #expect(throws: APIError.self) { try json.int("n") }
