@@ -49,6 +49,9 @@ struct SecretsTests {
             "title": "Monthly",
         ])
         #expect(product.status == 201)
+        let productId = try #require(product.json["id"] as? String)
+        let patched = try await system.request(.PATCH, "/admin/v1/products/\(productId)", headers: system.admin, json: ["description": "Renews monthly"])
+        #expect(patched.status == 200)
         let publisher = TollgateSystem.Publisher(id: publisherId, headers: ["X-Publisher-Token": publisherToken, "Authorization": basicValue], bundleId: bundleId)
 
         // A good receipt (with a marker inside the receipt's content too), one Apple refuses for the
@@ -112,6 +115,12 @@ struct SecretsTests {
         let apiLog = system.api.log()
         let workerLog = system.workers.map { $0.log() }.joined()
         #expect(apiLog.contains(goodJob) && workerLog.contains(goodJob) && workerLog.contains(failedJob))
+        // Every admin change is logged, saying what changed and not with what.
+        let appId = try #require(app.json["id"] as? String)
+        for (line, id) in [("publisher created", publisherId), ("app created", appId), ("product created", productId), ("product updated", productId)] {
+            #expect(apiLog.split(separator: "\n").contains { $0.contains(line) && $0.contains(id) }, "no \"\(line)\" line for \(id)")
+        }
+        #expect(apiLog.split(separator: "\n").contains { $0.contains("product updated") && $0.contains("description") && !$0.contains("Renews monthly") })
         written.append(("API log", apiLog))
         written.append(("worker logs", workerLog))
         written.append(("emulator log", system.emulator.log()))

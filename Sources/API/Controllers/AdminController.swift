@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import Logging
 import Shared
 
 /// `/admin/v1`: publishers, apps, products, the queue and its dead letters.
@@ -112,6 +113,10 @@ struct AdminController {
                 publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret.flatMap { $0.isEmpty ? nil : $0 },
                 allowSandbox: allowSandbox
             )
+            context.logger.info("app created", metadata: [
+                "publisher": "\(publisherId.lowercasedString)", "app": "\(app.id.lowercasedString)", "bundle": "\(app.bundleId)",
+                "allow_sandbox": "\(app.allowSandbox)", "shared_secret": "\(app.sharedSecret != nil)",
+            ])
             return JSONBody.response(.created, AppView(
                 id: app.id.lowercasedString, publisherId: publisherId.lowercasedString, bundleId: app.bundleId,
                 allowSandbox: app.allowSandbox
@@ -170,7 +175,7 @@ struct AdminController {
             throw APIError.invalid("kind", code: "invalid_kind", "kind must be consumable, non_consumable, auto_renewable or non_renewing")
         }
         let title = try Self.bounded(json.requiredString("title"), field: "title")
-        let description = try json.string("description").map { try Self.bounded($0, field: "description") }
+        let description = try Self.description(json) ?? nil
         let coins = try json.int("coins")
         let durationDays = try json.int("durationDays")
         let enabled = try json.bool("enabled") ?? true
@@ -183,6 +188,7 @@ struct AdminController {
             // The offer may be cached with the products other apps sell under it, or as none of the publisher's.
             self.services.offers.remove(OfferKey(publisherId: product.publisherId, offerId: product.offerId))
             self.services.offerIds.remove(product.publisherId)
+            context.logger.info("product created", metadata: Self.logMetadata(product))
             return JSONBody.response(.created, ProductView(product))
         } catch CatalogError.unknownPublisher {
             throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")
@@ -212,6 +218,22 @@ struct AdminController {
         throw APIError.invalid(field, code: "invalid_\(field)", "\(field) must be at most \(limit) characters")
     }
 
+    /// A body's `description`: `nil` when absent, `.some(nil)` when `null` or empty (no description).
+    static func description(_ json: JSONObject) throws -> String?? {
+        guard json.has("description") else { return nil }
+        guard let text = try json.string("description"), !text.isEmpty else { return .some(nil) }
+        return try Self.bounded(text, field: "description")
+    }
+
+    /// What a log line says of a product: which it is and what it sells, never its texts.
+    static func logMetadata(_ product: Product) -> Logger.Metadata {
+        [
+            "product": "\(product.id.lowercasedString)", "publisher": "\(product.publisherId.lowercasedString)", "bundle": "\(product.bundleId)",
+            "offer": "\(product.offerId)", "kind": "\(product.kind.rawValue)", "enabled": "\(product.enabled)",
+            "coins": "\(product.coins.map(String.init) ?? "-")", "duration_days": "\(product.durationDays.map(String.init) ?? "-")",
+        ]
+    }
+
     @Sendable func updateProduct(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         guard let id = context.parameters.get("productId").flatMap(UUID.init(uuidString:)),
             let existing = try await self.services.catalog.product(id: id)
@@ -229,11 +251,14 @@ struct AdminController {
         guard title?.isEmpty != true else { throw APIError.invalid("title", code: "invalid_title", "title must not be empty") }
         let amounts = try Self.checkAmounts(kind: existing.kind, coins: try json.int("coins"), durationDays: try json.int("durationDays"), patch: true)
         let patch = ProductPatch(
-            enabled: try json.bool("enabled"), title: title, description: try json.string("description").map { try Self.bounded($0, field: "description") },
+            enabled: try json.bool("enabled"), title: title, description: try Self.description(json).map { $0 ?? "" },
             coins: amounts.coins, durationDays: amounts.durationDays
         )
         let product = try await self.services.catalog.updateProduct(id: id, patch)
         self.services.offers.remove(OfferKey(publisherId: product.publisherId, offerId: product.offerId))
+        var metadata = Self.logMetadata(product)
+        metadata["changed"] = "\(patch.fieldNames.joined(separator: ","))"
+        context.logger.info("product updated", metadata: metadata)
         return JSONBody.response(.ok, ProductView(product))
     }
 

@@ -178,7 +178,7 @@ public struct CatalogStore: Sendable {
             """
             WITH updated AS (
                 UPDATE products SET
-                    enabled = COALESCE($2, enabled), title = COALESCE($3, title), description = COALESCE($4, description),
+                    enabled = COALESCE($2, enabled), title = COALESCE($3, title), description = NULLIF(COALESCE($4, description), ''),
                     coins = COALESCE($5, coins), duration_days = COALESCE($6, duration_days), updated_at = now()
                 WHERE id = $1 RETURNING *
             )

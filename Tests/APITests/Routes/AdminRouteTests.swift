@@ -404,6 +404,29 @@ struct AdminRouteTests {
         }
     }
 
+    @Test("an empty description is none (left out of the product); PATCH with null or an empty description clears it, without one keeps it")
+    func descriptionCleared() async throws {
+        try await APIHarness.withAPI { api in
+            let publisherId = try await Self.publisherWithApp(api)
+            let empty = try await api.admin(.post, "/admin/v1/products", json: Self.product(publisherId, [
+                "productId": "p.empty", "kind": "non_consumable", "description": "",
+            ]))
+            #expect(empty.status == .created)
+            #expect(try empty.json()["description"] == nil, "\(empty.text)")
+            let created = try await api.admin(.post, "/admin/v1/products", json: Self.product(publisherId, [
+                "productId": "p.described", "kind": "non_consumable", "description": "first",
+            ]))
+            let id = try #require(try created.json()["id"] as? String)
+            let description: (TestResponse) throws -> Any? = { try $0.json()["description"] }
+            #expect(try description(try await api.admin(.patch, "/admin/v1/products/\(id)", json: ["enabled": true])) as? String == "first")
+            #expect(try description(try await api.admin(.patch, "/admin/v1/products/\(id)", json: ["description": NSNull()])) == nil)
+            #expect(try description(try await api.admin(.patch, "/admin/v1/products/\(id)", json: ["description": "second"])) as? String == "second")
+            #expect(try description(try await api.admin(.patch, "/admin/v1/products/\(id)", json: ["description": ""])) == nil)
+            let stored = try await api.services.database.query("SELECT description FROM products WHERE id = $1", [UUID(uuidString: id)])
+            #expect(try stored.first?.decode(String?.self, "description") == nil, "stored as NULL, not as an empty text")
+        }
+    }
+
     @Test("PATCH validates: unknown product 404, ill-typed fields 400, bad amounts 422")
     func patchInvalid() async throws {
         try await APIHarness.withAPI { api in
