@@ -214,10 +214,21 @@ struct Admin: AsyncParsableCommand {
     }
 
     struct DeadLetters: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List dead-lettered jobs with their reason and Apple's last answer.")
+        static let configuration = CommandConfiguration(
+            abstract: "List dead-lettered jobs with their reason and Apple's last answer, oldest first.",
+            discussion: "A page that is not the last ends with `next`; pass it to --after for the page after it."
+        )
         @OptionGroup var connection: Connection
         @Option(help: "At most this many (1-1000).") var limit = 100
-        func run() async throws { try await self.connection.call(.GET, "/dead-letters?limit=\(self.limit)") }
+        @Option(help: "Start after this cursor: the `next` of the page before.") var after: String?
+
+        func validate() throws {
+            if let after, !DeadLetterPage.isCursor(Substring(after)) { throw ValidationError("'\(after)' is not a page's next") }
+        }
+
+        func run() async throws {
+            try await self.connection.call(.GET, "/dead-letters?limit=\(self.limit)" + (self.after.map { "&after=\($0)" } ?? ""))
+        }
     }
 
     struct Requeue: AsyncParsableCommand {

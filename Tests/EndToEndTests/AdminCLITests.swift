@@ -87,6 +87,10 @@ struct AdminCLITests {
             let queue = try await Self.admin(system, ["queue"], token: token)
             #expect(Set(queue.json.keys) == ["queued", "processing", "retrying", "dead"])
             #expect(try await Self.admin(system, ["dead-letters"], token: token).json["deadLetters"] is [Any])
+            let paged = try await Self.admin(system, ["dead-letters", "--limit", "5", "--after", "1-0"], token: token)
+            #expect(paged.status == 0 && paged.json["deadLetters"] is [Any], "\(paged.error)")
+            let notCursor = try await Self.admin(system, ["dead-letters", "--after", "1-0&limit=1000"], token: token)
+            #expect(notCursor.status != 0 && notCursor.error.contains("is not a page's next"), "\(notCursor.error)")
 
             // Refusals: the API's message on stderr, exit 1; no token or an unusable URL: one line naming it and exit 2
             // (CONTRACT.md, as for every process's configuration); a bad id: exit 64 (usage). No request made for these.

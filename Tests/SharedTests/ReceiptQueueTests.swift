@@ -570,7 +570,7 @@ struct ReceiptQueueTests {
             let record = try #require(try await harness.queue.record(jobId: job.jobId))
             #expect(record.status == .failed)
             #expect(record.reason == "apple_unavailable")
-            let letters = try await harness.queue.deadLetters(limit: 10)
+            let letters = try await harness.queue.deadLetters(limit: 10).deadLetters
             #expect(letters == [DeadLetter(jobId: job.jobId, reason: "apple_unavailable", detail: "apple status 21005", failedAt: now)])
             #expect(try await harness.queue.counts().dead == 1)
             #expect(try await harness.queue.counts() == QueueCounts(queued: 0, processing: 0, retrying: 0, dead: 1))
@@ -593,7 +593,43 @@ struct ReceiptQueueTests {
             }
             let job = Fixtures.job()
             try await harness.queue.deadLetter(try await harness.enqueueAndStart(job), job: job, reason: .internal, detail: "", now: now, retentionSeconds: Self.retention)
-            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == ["kept", job.jobId])
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.map(\.jobId) == ["kept", job.jobId])
+        }
+    }
+
+    @Test("dead letters are read a page at a time: each page but the last names where the next starts, and none is missed or repeated")
+    func deadLetterPages() async throws {
+        try await Self.withQueue { harness in
+            let now = WallClock.nowMilliseconds()
+            // Five entries, two in one millisecond, and one that is not a dead letter (it still takes a place).
+            for (id, job) in [("\(now)-0", "a"), ("\(now)-1", "b"), ("\(now + 1)-0", nil), ("\(now + 2)-0", "c"), ("\(now + 3)-0", "d")] {
+                if let job {
+                    try await harness.redis.send("XADD", harness.keys.dead, id, "job", job, "reason", "internal", "detail", "", "at", String(now))
+                } else {
+                    try await harness.redis.send("XADD", harness.keys.dead, id, "other", "x")
+                }
+            }
+            let first = try await harness.queue.deadLetters(limit: 2)
+            #expect(first == DeadLetterPage(deadLetters: ["a", "b"].map { DeadLetter(jobId: $0, reason: "internal", detail: "", failedAt: now) }, next: "\(now)-1"))
+            let second = try await harness.queue.deadLetters(limit: 2, after: first.next)
+            #expect(second.deadLetters.map(\.jobId) == ["c"])
+            #expect(second.next == "\(now + 2)-0")
+            let last = try await harness.queue.deadLetters(limit: 2, after: second.next)
+            #expect(last.deadLetters.map(\.jobId) == ["d"])
+            #expect(last.next == nil, "nothing follows")
+            let whole = try await harness.queue.deadLetters(limit: 5)
+            #expect(whole.deadLetters.map(\.jobId) == ["a", "b", "c", "d"])
+            #expect(whole.next == nil, "a page that ends at the last entry is the last")
+            #expect(try await harness.queue.deadLetters(limit: 4).next == "\(now + 2)-0")
+            // A cursor whose entry was requeued since (XDEL) still starts after it.
+            try await harness.redis.send("XDEL", harness.keys.dead, "\(now)-1")
+            #expect(try await harness.queue.deadLetters(limit: 10, after: "\(now)-1").deadLetters.map(\.jobId) == ["c", "d"])
+            #expect(try await harness.queue.deadLetters(limit: 10, after: "\(now + 3)-0") == DeadLetterPage(deadLetters: [], next: nil))
+            #expect(try await harness.queue.deadLetters(limit: 10, after: "18446744073709551615-18446744073709551615") == DeadLetterPage(deadLetters: [], next: nil))
+            #expect(DeadLetterPage.isCursor("18446744073709551615-0") && DeadLetterPage.isCursor("0-0") && DeadLetterPage.isCursor("007-1"))
+            for text in ["18446744073709551616-0", "0-18446744073709551616", "", "1", "1-", "-1", "1-2-3", "+1-0", "1-+0", "1.0-0", "١-0"] {
+                #expect(!DeadLetterPage.isCursor(Substring(text)), "\(text)")
+            }
         }
     }
 
@@ -605,7 +641,7 @@ struct ReceiptQueueTests {
                 try await harness.redis.send("XADD", harness.keys.dead, id, "job", job, "reason", "internal", "detail", "", "at", "0")
             }
             #expect(try await harness.queue.trimDeadLetters(now: now, retentionSeconds: Self.retention) == 1)
-            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == ["kept"])
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.map(\.jobId) == ["kept"])
             #expect(try await harness.queue.counts().dead == 1)
             #expect(try await harness.queue.trimDeadLetters(now: now, retentionSeconds: Self.retention) == 0)
         }
@@ -633,7 +669,7 @@ struct ReceiptQueueTests {
             _ = try await harness.queue.enqueue(job, keyTTLSeconds: Self.ttl)
             try await harness.queue.deadLetter(nil, job: job, reason: .internal, detail: "d", now: 1, retentionSeconds: Self.retention)
             #expect(try await harness.queue.record(jobId: job.jobId)?.status == .failed)
-            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == [job.jobId])
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.map(\.jobId) == [job.jobId])
         }
     }
 
@@ -704,7 +740,7 @@ struct ReceiptQueueTests {
             #expect(record.attempts == 0)
             #expect(record.reason == nil)
             #expect(try await harness.field(job.jobId, "tries:apple status 21999") == nil, "fresh attempts, per answer too")
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
             #expect(try await harness.queue.counts() == QueueCounts(queued: 1, processing: 0, retrying: 0, dead: 0))
             #expect(try await harness.streamJobIds() == [job.jobId])
             #expect(try await harness.pending(job))
@@ -752,7 +788,7 @@ struct ReceiptQueueTests {
             }
             let record = try #require(try await harness.queue.record(jobId: job.jobId))
             #expect(record.status == .queued)
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
             #expect(try await harness.pending(job), "still pending for access status")
             #expect(try await harness.redis.send("ZSCORE", harness.keys.inflight, job.jobId).int != nil, "still watched for a lost entry")
             let claim = harness.keys.claim(publisherId: job.publisherId, transactionId: try #require(job.transactionId))
@@ -978,7 +1014,7 @@ struct ReceiptQueueTests {
             #expect(record.status == .granted)
             #expect(record.reason == nil)
             #expect(try await harness.redis.send("ZCARD", harness.keys.retry).int == 0)
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
 
             let other = Fixtures.job(transactionId: Fixtures.transactionId())
             let otherDelivery = try await harness.enqueueAndStart(other)
@@ -988,7 +1024,7 @@ struct ReceiptQueueTests {
                 retentionSeconds: Self.retention
             )
             #expect(try await harness.queue.record(jobId: other.jobId)?.status == .granted)
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty, "the grant took the job out of the dead letters")
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty, "the grant took the job out of the dead letters")
 
             // A copy that ended rejected (the third 21002 of an outage) while another committed the grant.
             let third = Fixtures.job(transactionId: Fixtures.transactionId())

@@ -69,7 +69,7 @@ struct AppleRulesTests {
             #expect(record.status == row.expected)
             #expect(record.reason == row.reason)
             #expect(record.attempts == row.attempts)
-            let deadLetters = try await harness.queue.deadLetters(limit: 10)
+            let deadLetters = try await harness.queue.deadLetters(limit: 10).deadLetters
             if row.expected == .failed {
                 #expect(deadLetters.map(\.jobId) == [job], "a failed job is dead-lettered")
                 #expect(deadLetters.first?.reason == row.reason)
@@ -113,7 +113,7 @@ struct AppleRulesTests {
             #expect(record.status == incident.status)
             #expect(record.reason == incident.reason)
             #expect(record.attempts == incident.attempts)
-            #expect(try await harness.queue.deadLetters(limit: 100).contains { $0.jobId == record.jobId } == (incident.status == .failed))
+            #expect(try await harness.queue.deadLetters(limit: 100).deadLetters.contains { $0.jobId == record.jobId } == (incident.status == .failed))
             #expect(try await harness.access("PREMIUM").granted == false)
         }
     }
@@ -137,7 +137,7 @@ struct AppleRulesTests {
                 #expect(record.attempts == 6)
             }
             #expect(try await harness.access("PREMIUM", email: "first@example.com").granted)
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
         }
     }
 
@@ -171,7 +171,7 @@ struct AppleRulesTests {
                 #expect(record.attempts == (expected == .granted ? 4 : 3))
             }
             #expect(try await harness.access("PREMIUM", email: "buyer0@example.com").granted == (expected == .granted))
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
         }
     }
 
@@ -229,7 +229,7 @@ struct AppleRulesTests {
             #expect(record.status == .rejected)
             #expect(record.reason == "sandbox_not_allowed")
             #expect(record.attempts == 1)
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
             try await harness.expectNothingGranted()
             #expect(try await harness.access("PREMIUM").granted == false)
         }
@@ -316,7 +316,7 @@ struct AppleRulesTests {
             #expect(try await harness.emulatorStats().failuresInjected == 1)
             #expect(try await harness.ledgerRow(transaction)?.state == "fulfilled")
             #expect(try await harness.access("PREMIUM") == (true, nil))
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
         }
     }
 
@@ -444,7 +444,7 @@ struct AppleRulesTests {
             try await Self.claimAsPeer(harness, jobId: jobId)
             let record = try await harness.record(jobId)
             #expect(record.status == .granted, "\(record)")
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
         }
     }
 
@@ -465,7 +465,7 @@ struct AppleRulesTests {
                 for delivery in claimed { await away.process(delivery) }
             }
             #expect(try await harness.record(jobId).status != .failed)
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
             // Once PostgreSQL answers, a claim finds the grant: granted.
             try await Self.claimAsPeer(harness, jobId: jobId)
             #expect(try await harness.record(jobId).status == .granted)
@@ -480,14 +480,14 @@ struct AppleRulesTests {
             try await harness.database.query("ALTER TABLE granted_jobs RENAME TO granted_jobs_elsewhere")
             try await Self.claimAsPeer(harness, jobId: jobId)
             #expect(try await harness.record(jobId).status != .failed, "one more start: left for a later claim")
-            #expect(try await harness.queue.deadLetters(limit: 10).isEmpty)
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
             _ = try await harness.redis.send(
                 "HSET", harness.queue.keys.job(jobId), "attempts", String(harness.processor.maxStarts + JobProcessor.poisonLookupPatience)
             )
             try await Self.claimAsPeer(harness, jobId: jobId)
             let record = try await harness.record(jobId)
             #expect(record.status == .failed, "\(record)")
-            let letter = try #require(try await harness.queue.deadLetters(limit: 10).first)
+            let letter = try #require(try await harness.queue.deadLetters(limit: 10).deadLetters.first)
             #expect(letter.jobId == jobId)
             #expect(letter.detail.contains("whether its grant committed is unknown"), "\(letter.detail)")
             try await harness.database.query("ALTER TABLE granted_jobs_elsewhere RENAME TO granted_jobs")
@@ -528,7 +528,7 @@ struct AppleRulesTests {
             #expect(record.status == .failed)
             #expect(record.reason == "apple_unavailable")
             #expect(record.attempts == 4)
-            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == [job])
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.map(\.jobId) == [job])
             try await harness.expectNothingGranted()
         }
     }

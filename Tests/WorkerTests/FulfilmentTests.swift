@@ -45,7 +45,7 @@ struct FulfilmentTests {
             let record = try await harness.workUntilFinal(job)
             #expect(record.status == .failed)
             #expect(record.reason == "internal")
-            let letter = try #require(try await harness.queue.deadLetters(limit: 10).first { $0.jobId == job })
+            let letter = try #require(try await harness.queue.deadLetters(limit: 10).deadLetters.first { $0.jobId == job })
             #expect(letter.detail.contains("unreadable payload"))
             #expect(try await !harness.queue.hasPendingJob(publisherId: harness.publisher.id, customerEmail: "buyer@example.com", offerId: "PASS30"))
             // Nothing is left for the restore to put back on the stream.
@@ -264,7 +264,7 @@ struct FulfilmentTests {
             #expect(record.status == .failed)
             #expect(record.reason == "shared_secret_mismatch")
             #expect(record.attempts == 1)
-            #expect(try await harness.queue.deadLetters(limit: 10).map(\.jobId) == [job])
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.map(\.jobId) == [job])
         }
     }
 

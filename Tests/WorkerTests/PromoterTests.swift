@@ -19,7 +19,7 @@ struct PromoterTests {
             let running = Task { await promoter.run() }
             defer { running.cancel() }
             let left = try await Poll.until(timeout: .seconds(20), "the old dead letter dropped") {
-                let ids = try await harness.queue.deadLetters(limit: 10).map(\.jobId)
+                let ids = try await harness.queue.deadLetters(limit: 10).deadLetters.map(\.jobId)
                 return ids.count == 1 ? ids : nil
             }
             #expect(left == ["kept"])

@@ -268,10 +268,6 @@ struct AdminController {
         JSONBody.response(.ok, try await self.services.queue.counts())
     }
 
-    struct DeadLetterList: Encodable {
-        let deadLetters: [DeadLetter]
-    }
-
     @Sendable func deadLetters(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         // A limit that is not a whole number is refused (an operator's script must not read 100 as "all");
         // whole numbers are clamped to 1-1000.
@@ -280,7 +276,11 @@ struct AdminController {
             guard let asked = Int(String(text)) else { throw APIError.invalidType("limit", expected: "a whole number from 1 to 1000") }
             limit = min(max(asked, 1), 1000)
         }
-        return JSONBody.response(.ok, DeadLetterList(deadLetters: try await self.services.queue.deadLetters(limit: limit)))
+        let after = request.uri.queryParameters["after"]
+        if let after, !DeadLetterPage.isCursor(after) {
+            throw APIError.invalidType("after", expected: "the `next` of a page of dead letters")
+        }
+        return JSONBody.response(.ok, try await self.services.queue.deadLetters(limit: limit, after: after.map(String.init)))
     }
 
     struct Requeued: Encodable {

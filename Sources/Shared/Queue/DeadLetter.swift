@@ -17,3 +17,27 @@ public struct DeadLetter: Sendable, Equatable, Codable {
         self.failedAt = failedAt
     }
 }
+
+/// Dead letters oldest first, one page at a time (`GET /admin/v1/dead-letters`).
+public struct DeadLetterPage: Sendable, Equatable, Encodable {
+    /// The page's dead letters.
+    public var deadLetters: [DeadLetter]
+    /// Where the next page starts (`after`) when there is one; absent on the last page.
+    public var next: String?
+
+    /// Creates a page.
+    public init(deadLetters: [DeadLetter], next: String?) {
+        self.deadLetters = deadLetters
+        self.next = next
+    }
+
+    /// Whether `text` can be a page's `next`: a dead-letter entry's id, `<ms>-<sequence>`, each a 64-bit
+    /// unsigned number in decimal digits (what Redis reads as a stream id).
+    public static func isCursor(_ text: Substring) -> Bool {
+        let parts = text.split(separator: "-", omittingEmptySubsequences: false)
+        return parts.count == 2 && parts.allSatisfy { $0.utf8.allSatisfy { (0x30...0x39).contains($0) } && UInt64($0) != nil }
+    }
+
+    /// The last stream id there is: nothing can follow it.
+    static let lastCursor = "\(UInt64.max)-\(UInt64.max)"
+}

@@ -428,15 +428,23 @@ public struct ReceiptQueue: Sendable {
         return try await self.redis.send("XTRIM", self.keys.dead, "MINID", String(oldest)).int ?? 0
     }
 
-    /// The oldest dead letters, up to `limit`.
-    public func deadLetters(limit: Int) async throws -> [DeadLetter] {
-        let reply = try await self.redis.send("XRANGE", self.keys.dead, "-", "+", "COUNT", String(limit))
-        return (reply.array ?? []).compactMap { entry in
-            guard let parts = entry.array, parts.count == 2, let fields = parts[1].array else { return nil }
-            let map = Self.fieldMap(fields)
+    /// The oldest dead letters after the entry `after` (a page's `next`; from the first when nil), up to `limit`.
+    /// One entry more is read to tell whether another page follows.
+    public func deadLetters(limit: Int, after: String? = nil) async throws -> DeadLetterPage {
+        // Redis refuses an interval that starts after its last id.
+        guard after != DeadLetterPage.lastCursor else { return DeadLetterPage(deadLetters: [], next: nil) }
+        let reply = try await self.redis.send("XRANGE", self.keys.dead, after.map { "(" + $0 } ?? "-", "+", "COUNT", String(limit + 1))
+        let entries: [(id: String, fields: [RedisValue])] = (reply.array ?? []).compactMap { entry in
+            guard let parts = entry.array, parts.count == 2, let id = parts[0].string, let fields = parts[1].array else { return nil }
+            return (id, fields)
+        }
+        let page = entries.prefix(limit)
+        let letters = page.compactMap { entry -> DeadLetter? in
+            let map = Self.fieldMap(entry.fields)
             guard let jobId = map["job"] else { return nil }
             return DeadLetter(jobId: jobId, reason: map["reason"] ?? "", detail: map["detail"] ?? "", failedAt: map["at"].flatMap { Int($0) } ?? 0)
         }
+        return DeadLetterPage(deadLetters: letters, next: entries.count > limit ? page.last?.id : nil)
     }
 
     /// Puts a failed job back on the stream with fresh attempts.

@@ -503,6 +503,11 @@ struct AdminRouteTests {
                 expectError(try await api.admin(.get, "/admin/v1/dead-letters?limit=\(limit)"), .badRequest, code: "invalid_type", field: "limit")
             }
             #expect(try await api.admin(.get, "/admin/v1/dead-letters?limit=0").status == .ok, "clamped")
+            for after in ["", "abc", "1-", "-1", "1-2-3", "1.5-0", "18446744073709551616-0", "+1-0", "(1-0"] {
+                let encoded = after.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? after
+                expectError(try await api.admin(.get, "/admin/v1/dead-letters?after=\(encoded)"), .badRequest, code: "invalid_type", field: "after")
+            }
+            #expect(try await api.admin(.get, "/admin/v1/dead-letters?after=0-0").json()["next"] == nil)
 
             // Act as a worker: take the first job and dead-letter it.
             let blocking = try TestEnvironment.redis(connections: 1)
@@ -522,6 +527,17 @@ struct AdminRouteTests {
 
             let letters = try #require(try await api.admin(.get, "/admin/v1/dead-letters").json()["deadLetters"] as? [[String: Any]])
             #expect(letters.count == 1)
+            // A second dead letter: pages of one, the first naming where the second starts.
+            let other = try #require(
+                try await api.services.redis.send("XADD", api.services.queue.keys.dead, "*", "job", "other-job", "reason", "internal", "detail", "", "at", "0").string
+            )
+            let page = try await api.admin(.get, "/admin/v1/dead-letters?limit=1").json()
+            #expect((page["deadLetters"] as? [[String: Any]])?.map { $0["jobId"] as? String } == [first])
+            let next = try #require(page["next"] as? String)
+            let rest = try await api.admin(.get, "/admin/v1/dead-letters?limit=1&after=\(next)").json()
+            #expect((rest["deadLetters"] as? [[String: Any]])?.map { $0["jobId"] as? String } == ["other-job"])
+            #expect(rest["next"] == nil)
+            try await api.services.redis.send("XDEL", api.services.queue.keys.dead, other)
             #expect(letters.first?["jobId"] as? String == first)
             #expect(letters.first?["reason"] as? String == "apple_unavailable")
             let failed = try await api.get(tenant, "/v1/receipts/\(first)").json()
