@@ -42,7 +42,10 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
             QueuePreparation(queue: services.queue, logger: logger),
             QueueGauges(queue: services.queue, logger: logger),
             QueueClockSync(queue: services.queue, logger: logger),
-            AccessInvalidations(cache: services.accessCache, redis: configuration.redis, channel: services.queue.keys.accessChannel, logger: logger),
+            AccessInvalidations(
+                cache: services.accessCache, directory: services.authenticator.directory, redis: configuration.redis, keys: services.queue.keys,
+                logger: logger
+            ),
             PublisherDirectoryRefresher(directory: services.authenticator.directory),
         ],
         onServerRunning: { channel in

@@ -3,7 +3,8 @@ import Shared
 
 /// Checks publisher credentials and customer tokens against ``PublisherDirectory``, every publisher's
 /// credentials in memory: a disabled publisher or rotated credentials stop working on every API process
-/// within ``PublisherDirectory/lifetime`` seconds, and so do the customer tokens obtained with them.
+/// as soon as the change's announcement reaches it, and within ``PublisherDirectory/lifetime`` seconds
+/// without one; so do the customer tokens obtained with them.
 struct PublisherAuthenticator: Sendable {
     let directory: PublisherDirectory
     /// `nil` when `TOLLGATE_TOKEN_SECRET` is unset: customer tokens are refused.
@@ -37,7 +38,7 @@ struct PublisherAuthenticator: Sendable {
     }
 
     /// Forgets every publisher, after an admin change in this process, so it applies here at once (other
-    /// processes follow within ``PublisherDirectory/lifetime``).
+    /// processes follow when its announcement reaches them, ``PublisherDirectory/revoke(_:)``).
     func forgetCachedPublishers() {
         self.directory.invalidate()
     }

@@ -14,10 +14,13 @@ import Synchronization
 ///   every request waiting and begin at most once per ``reloadInterval``: a flood of made-up tokens costs
 ///   PostgreSQL at most ten small queries a second per API process, whatever its rate, and cannot push
 ///   known publishers out of memory.
-/// - A change made elsewhere that takes credentials away (a publisher disabled, credentials rotated)
-///   applies here at the next reload; one made through this process applies at once (``invalidate()``).
+/// - A change that takes credentials away (a publisher disabled, credentials rotated) applies at once
+///   through the process that made it (``invalidate()``), and on the others when its announcement on the
+///   Redis access channel arrives (``revoke(_:)``): that publisher's requests then wait for a snapshot
+///   loaded after it. An announcement missed (no subscription at that moment) leaves the next reload.
 /// - While PostgreSQL is away the last snapshot answers for ``staleLifetime`` seconds more, so receipts
-///   keep being accepted into Redis; a credential it lacks then answers the outage's error (503).
+///   keep being accepted into Redis; a credential it lacks then answers the outage's error (503), and so
+///   does a revoked publisher's.
 final class PublisherDirectory: Sendable {
     /// The publishers as one query saw them.
     struct Snapshot: Sendable {
@@ -41,6 +44,9 @@ final class PublisherDirectory: Sendable {
         var lastStart: UInt64?
         /// Bumped by ``invalidate()``: a reload begun before it must not become the snapshot.
         var generation = 0
+        /// Publishers whose credentials were taken away elsewhere, and when that was heard (uptime ns): a
+        /// snapshot loaded before then does not answer for them. Dropped once a snapshot after it is in.
+        var revoked: [UUID: UInt64] = [:]
         /// Reloads begun, for tests.
         var reloads = 0
     }
@@ -96,6 +102,13 @@ final class PublisherDirectory: Sendable {
         }
     }
 
+    /// A publisher's credentials were taken away through another process: its next request waits for a
+    /// snapshot loaded from now on (or answers the outage while PostgreSQL is away), the others' do not.
+    func revoke(_ publisherId: UUID) {
+        let now = Self.now()
+        self.state.withLock { $0.revoked[publisherId] = now }
+    }
+
     /// Reloads begun so far.
     var reloads: Int { self.state.withLock { $0.reloads } }
 
@@ -119,11 +132,12 @@ final class PublisherDirectory: Sendable {
 
     private func find(_ lookUp: (Snapshot) -> PublisherAuthRecord?, accepts: (PublisherAuthRecord) -> Bool) async throws -> PublisherAuthRecord? {
         let arrival = Self.now()
-        if let snapshot = self.state.withLock({ $0.snapshot }), arrival < snapshot.loadedAt &+ self.usableNanoseconds,
-            let found = lookUp(snapshot), accepts(found)
-        {
+        let inHand = self.state.withLock { state -> PublisherAuthRecord? in
+            guard let snapshot = state.snapshot, arrival < snapshot.loadedAt &+ self.usableNanoseconds, let found = lookUp(snapshot) else { return nil }
+            if let revokedAt = state.revoked[found.publisher.id], revokedAt >= snapshot.loadedAt { return nil }
             return found
         }
+        if let inHand, accepts(inHand) { return inHand }
         return lookUp(try await self.snapshot(loadedAfter: arrival)).flatMap { accepts($0) ? $0 : nil }
     }
 
@@ -173,6 +187,7 @@ final class PublisherDirectory: Sendable {
             guard state.generation == generation else { return }
             state.loading = nil
             state.snapshot = snapshot
+            if !state.revoked.isEmpty { state.revoked = state.revoked.filter { $0.value >= startedAt } }
         }
         return snapshot
     }

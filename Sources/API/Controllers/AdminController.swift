@@ -82,6 +82,8 @@ struct AdminController {
         guard let publisher = try await self.services.catalog.setPublisher(id: id, enabled: enabled) else { throw APIError.notFound }
         self.services.authenticator.forgetCachedPublishers()
         context.logger.info("publisher updated", metadata: ["publisher": "\(id.lowercasedString)", "enabled": "\(enabled)"])
+        // Enabling needs no announcement: a record another process's snapshot refuses waits for a newer one.
+        if !enabled { await self.announceRevocation(of: id, context: context) }
         return JSONBody.response(.ok, PublisherView(publisher))
     }
 
@@ -92,7 +94,21 @@ struct AdminController {
         else { throw APIError.notFound }
         self.services.authenticator.forgetCachedPublishers()
         context.logger.info("publisher credentials rotated", metadata: ["publisher": "\(id.lowercasedString)"])
+        await self.announceRevocation(of: id, context: context)
         return JSONBody.response(.created, PublisherCreated(publisher, credentials))
+    }
+
+    /// Tells the other API processes that a publisher's credentials were taken away. The change is made
+    /// already: without Redis they apply it at their next reload, within ``PublisherDirectory/lifetime``.
+    private func announceRevocation(of publisherId: UUID, context: TollgateRequestContext) async {
+        do {
+            try await self.services.queue.announceRevocation(of: publisherId)
+        } catch {
+            context.logger.warning(
+                "cannot announce the revocation to the other API processes; they apply it within seconds",
+                metadata: ["publisher": "\(publisherId.lowercasedString)", "error": "\(error)"]
+            )
+        }
     }
 
     struct AppView: Encodable {

@@ -22,8 +22,10 @@ public struct QueueKeys: Sendable, Equatable {
     public let jobPrefix: String
     /// The pub/sub channel on which every change to a customer's access status is announced: the
     /// payload is the change's ``pending(publisherId:customerEmail:offerId:)`` key, or `*` for changes
-    /// that may touch any customer (refunds, renewals found in a receipt).
+    /// that may touch any customer (refunds, renewals found in a receipt). A publisher's credentials taken
+    /// away (disabled, rotated) are announced there too, as ``revocation(of:)``.
     public let accessChannel: String
+    private let revocationPrefix: String
 
     /// Creates the layout for a prefix.
     public init(prefix: String) {
@@ -34,6 +36,16 @@ public struct QueueKeys: Sendable, Equatable {
         self.inflight = "\(prefix):{q}:inflight"
         self.jobPrefix = "\(prefix):{q}:job:"
         self.accessChannel = "\(prefix):{q}:access-changed"
+        self.revocationPrefix = "\(prefix):{q}:publisher-revoked:"
+    }
+
+    /// The access channel's message that a publisher's credentials were taken away.
+    public func revocation(of publisherId: UUID) -> String { self.revocationPrefix + publisherId.lowercasedString }
+
+    /// The publisher an access channel message says lost its credentials, when it says so.
+    public func revokedPublisher(_ message: String) -> UUID? {
+        guard message.hasPrefix(self.revocationPrefix) else { return nil }
+        return UUID(uuidString: String(message.dropFirst(self.revocationPrefix.count)))
     }
 
     /// The status hash of a job.

@@ -428,6 +428,11 @@ public struct ReceiptQueue: Sendable {
         return try await self.redis.send("XTRIM", self.keys.dead, "MINID", String(oldest)).int ?? 0
     }
 
+    /// Tells every API process that a publisher's credentials were taken away (``QueueKeys/revocation(of:)``).
+    public func announceRevocation(of publisherId: UUID) async throws {
+        try await self.redis.send("PUBLISH", self.keys.accessChannel, self.keys.revocation(of: publisherId))
+    }
+
     /// The oldest dead letters after the entry `after` (a page's `next`; from the first when nil), up to `limit`.
     /// One entry more is read to tell whether another page follows.
     public func deadLetters(limit: Int, after: String? = nil) async throws -> DeadLetterPage {

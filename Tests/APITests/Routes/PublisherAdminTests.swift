@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import Shared
+import Synchronization
 import Testing
 import TestSupport
 
@@ -96,6 +97,36 @@ struct PublisherAdminTests {
                 // The new credentials reach the same tenant: its products are still there.
                 _ = try await api.submit(new, Payment.body())
             }
+        }
+    }
+
+    @Test("disabling a publisher and rotating its credentials are announced on the access channel, for the other API processes; enabling is not")
+    func revocationsAnnounced() async throws {
+        try await APIHarness.withAPI { api in
+            let tenant = try await api.provisionTenant()
+            let publisherId = try #require(UUID(uuidString: tenant.publisherId))
+            let keys = api.services.queue.keys
+            let heard = Mutex<[String]>([])
+            let subscriber = RedisSubscriber(configuration: try RedisConfiguration(url: TestEnvironment.redisURL()), channel: keys.accessChannel) { event in
+                if case .message(let message) = event { heard.withLock { $0.append(message) } }
+                if case .subscribed = event { heard.withLock { $0.append("(subscribed)") } }
+            }
+            subscriber.start()
+            _ = try await Poll.until(timeout: .seconds(30), "subscribed") { heard.withLock { $0.contains("(subscribed)") } ? true : nil }
+            let revocation = keys.revocation(of: publisherId)
+            #expect(keys.revokedPublisher(revocation) == publisherId)
+            #expect(keys.revokedPublisher(keys.pending(publisherId: publisherId, customerEmail: "v@example.com", offerId: "o")) == nil)
+            #expect(try await api.admin(.patch, "/admin/v1/publishers/\(tenant.publisherId)", json: ["enabled": false]).status == .ok)
+            #expect(try await api.admin(.patch, "/admin/v1/publishers/\(tenant.publisherId)", json: ["enabled": true]).status == .ok)
+            #expect(try await api.admin(.post, "/admin/v1/publishers/\(tenant.publisherId)/credentials").status == .created)
+            // A marker published last: once it is heard, everything published before it has been.
+            try await api.services.redis.send("PUBLISH", keys.accessChannel, "(end)")
+            let messages = try await Poll.until(timeout: .seconds(30), "the marker heard") {
+                let all = heard.withLock { $0 }
+                return all.contains("(end)") ? all : nil
+            }
+            #expect(messages.filter { $0 == revocation }.count == 2, "\(messages)")
+            await subscriber.shutdown()
         }
     }
 

@@ -79,6 +79,65 @@ struct PublisherAuthenticatorTests {
         }
     }
 
+    @Test("a publisher disabled or rotated elsewhere is refused once its revocation is heard, well within the snapshot's lifetime")
+    func revokedElsewhere() async throws {
+        try await Self.withAuthenticated { authenticator, first, second, catalog, _ in
+            let publisher = try #require(try await Self.authenticate(authenticator, first))
+            let other = try #require(try await Self.authenticate(authenticator, second))
+            // Disabled through another API process: this one's snapshot, well within its lifetime, says enabled...
+            _ = try await catalog.setPublisher(id: publisher.id, enabled: false)
+            #expect(try await Self.authenticate(authenticator, first) != nil)
+            // ...until the revocation is heard; the other publisher stays in the snapshot in hand.
+            authenticator.directory.revoke(publisher.id)
+            #expect(try await Self.authenticate(authenticator, first) == nil)
+            #expect(try await Self.authenticate(authenticator, first) == nil)
+            #expect(try await Self.authenticate(authenticator, second)?.id == other.id)
+            // Rotated elsewhere: the old credentials stop, the new ones work.
+            let (_, rotated) = try #require(try await catalog.rotateCredentials(id: other.id))
+            #expect(try await Self.authenticate(authenticator, second) != nil)
+            authenticator.directory.revoke(other.id)
+            #expect(try await Self.authenticate(authenticator, second) == nil)
+            #expect(try await Self.authenticate(authenticator, rotated)?.id == other.id)
+        }
+    }
+
+    @Test("while PostgreSQL is away a revoked publisher answers the outage; the others authenticate from the last snapshot")
+    func revokedWhileDatabaseAway() async throws {
+        try await Self.withAuthenticated { authenticator, first, second, _, postgres in
+            let publisher = try #require(try await Self.authenticate(authenticator, first))
+            #expect(try await Self.authenticate(authenticator, second) != nil)
+            try await postgres.stop()
+            authenticator.directory.revoke(publisher.id)
+            await #expect(throws: PostgresError.self) { try await Self.authenticate(authenticator, first) }
+            #expect(try await Self.authenticate(authenticator, second) != nil)
+        }
+    }
+
+    @Test("a revocation announced on the access channel reaches the directory, with the access cache off")
+    func revocationAnnounced() async throws {
+        // Snapshots good for ten minutes: only the announcement can refuse the publisher within the test.
+        try await Self.withAuthenticated(lifetime: 600) { authenticator, first, _, catalog, _ in
+            let publisher = try #require(try await Self.authenticate(authenticator, first))
+            let redis = try TestEnvironment.redis()
+            let queue = ReceiptQueue(redis: redis, prefix: TestEnvironment.uniquePrefix())
+            let listener = AccessInvalidations(
+                cache: AccessCache(lifetimeSeconds: 0), directory: authenticator.directory, redis: try RedisConfiguration(url: TestEnvironment.redisURL()),
+                keys: queue.keys, logger: Logger(label: "test")
+            )
+            let listening = Task { try await listener.run() }
+            _ = try await catalog.setPublisher(id: publisher.id, enabled: false)
+            #expect(try await Self.authenticate(authenticator, first) != nil, "the snapshot in hand says enabled")
+            // Announced until heard: the subscription may not be up yet.
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(50), "the revocation heard") {
+                try await queue.announceRevocation(of: publisher.id)
+                return try await Self.authenticate(authenticator, first) == nil ? true : nil
+            }
+            listening.cancel()
+            try? await listening.value
+            await redis.shutdown()
+        }
+    }
+
     @Test("while PostgreSQL is away a wrong password answers the outage, as a token the snapshot lacks does: the two cannot be told apart")
     func wrongPasswordWhileDatabaseAway() async throws {
         try await Self.withAuthenticated { authenticator, first, _, _, postgres in
