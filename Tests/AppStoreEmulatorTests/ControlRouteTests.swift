@@ -212,7 +212,8 @@ struct ControlRouteTests {
             let released = ContinuousClock.now
             let body = try Fixtures.object(try await answer.body)
             #expect(body["status"] as? Int == 0)
-            #expect(ContinuousClock.now - released < .seconds(5))
+            // A minute's latency: half of it is room for a loaded machine, not a timing bet.
+            #expect(ContinuousClock.now - released < .seconds(30))
         }
     }
 }

@@ -399,7 +399,7 @@ struct PostgresClientTests {
                 group.addTask {
                     try await client.withConnection { session in
                         started.continuation.yield()
-                        try await session.query("SELECT pg_sleep(3)")
+                        try await session.query("SELECT pg_sleep(10)")
                     }
                 }
                 for await _ in started.stream { break }
@@ -407,7 +407,8 @@ struct PostgresClientTests {
                 let asked = clock.now
                 let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT 1") }
                 #expect(error?.isUnavailable == true)
-                #expect(clock.now - asked < .seconds(2), "it gave up at the acquire timeout, not when the connection came free")
+                // The connection comes free after 10 s; the acquire timeout is 300 ms: the rest is a loaded machine's room.
+                #expect(clock.now - asked < .seconds(6), "it gave up at the acquire timeout, not when the connection came free")
                 try await group.waitForAll()
             }
             #expect(await client.ping(), "the pool serves again once the connection is free")
