@@ -132,7 +132,7 @@ ensure_kubernetes_validate() {
   tg_log "installing $KUBERNETES_VALIDATE_SPEC (it bundles the Kubernetes JSON schemas)" >&2
   local attempt
   for attempt in 1 2; do
-    if PIP_ROOT_USER_ACTION=ignore "$PIP_PYTHON" -m pip install --quiet --disable-pip-version-check \
+    if PIP_ROOT_USER_ACTION=ignore tg_pip_lock "$PIP_PYTHON" -m pip install --quiet --disable-pip-version-check \
       "$KUBERNETES_VALIDATE_SPEC" </dev/null >&2; then
       "$PIP_PYTHON" -c 'import kubernetes_validate.utils, yaml' && return 0
     fi

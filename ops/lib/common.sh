@@ -68,17 +68,35 @@ PY
 # The Python that the tests' Python tools (Schemathesis, kubernetes-validate) are installed into with
 # pip, printed: python3 itself, or where Debian manages python3 a virtual environment kept across runs
 # in TOLLGATE_PYTHON_VENV (default ~/.cache/tollgate/python), made on first use.
+# Runs made at once share it: it is made, and packages are installed into it, under tg_pip_lock.
 tg_pip_python() {
   local venv="${TOLLGATE_PYTHON_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/python}"
-  if [[ -x "$venv/bin/python" ]]; then
+  # `.made` is written last: bin/python exists long before pip does in a venv being made.
+  if [[ -f "$venv/.made" && -x "$venv/bin/python" ]]; then
     printf '%s\n' "$venv/bin/python"
   elif tg_python_managed; then
-    tg_log "making a Python virtual environment in $venv (python3's packages are Debian's)" >&2
-    python3 -m venv "$venv" >&2 || { rm -rf -- "$venv"; tg_warn "python3 -m venv $venv failed"; return 1; }
+    tg_pip_lock bash -c '
+      venv="$1"
+      [[ -f "$venv/.made" && -x "$venv/bin/python" ]] && exit 0
+      # One made before `.made` was written: whole once its pip runs.
+      if [[ -x "$venv/bin/python" ]] && "$venv/bin/python" -m pip --version >/dev/null 2>&1; then touch "$venv/.made"; exit 0; fi
+      printf "==> making a Python virtual environment in %s (Debian manages python3 packages)\n" "$venv"
+      rm -rf -- "$venv"
+      python3 -m venv "$venv" && touch "$venv/.made" && exit 0
+      rm -rf -- "$venv"
+      exit 1' _ "$venv" >&2 || { tg_warn "python3 -m venv $venv failed"; return 1; }
     printf '%s\n' "$venv/bin/python"
   else
     command -v python3
   fi
+}
+
+# Runs COMMAND holding the user's lock for Tollgate's Python environment, so two runs do not make it or
+# pip install into it at the same time.
+tg_pip_lock() {
+  local lock="${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/pip.lock"
+  mkdir -p -- "${lock%/*}"
+  flock "$lock" "$@"
 }
 
 # Install the Debian packages the project needs, only those missing.

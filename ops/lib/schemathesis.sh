@@ -96,9 +96,12 @@ if [[ ! "$version" =~ ^4\. ]]; then
   else
     log "installing $SCHEMATHESIS_REQUIREMENT from PyPI"
   fi
-  # Twice: one dropped connection to PyPI must not fail a CI run.
-  "$PYTHON" -m pip install --quiet --disable-pip-version-check "$SCHEMATHESIS_REQUIREMENT" </dev/null >&2 \
-    || { log "pip install failed; trying once more"; "$PYTHON" -m pip install --quiet --disable-pip-version-check "$SCHEMATHESIS_REQUIREMENT" </dev/null >&2; } \
+  # Twice: one dropped connection to PyPI must not fail a CI run. Under the lock ops/lib/common.sh's
+  # tg_pip_lock takes, so two runs do not install into one environment at once.
+  lock="${XDG_CACHE_HOME:-$HOME/.cache}/tollgate/pip.lock"
+  mkdir -p -- "${lock%/*}"
+  flock "$lock" "$PYTHON" -m pip install --quiet --disable-pip-version-check "$SCHEMATHESIS_REQUIREMENT" </dev/null >&2 \
+    || { log "pip install failed; trying once more"; flock "$lock" "$PYTHON" -m pip install --quiet --disable-pip-version-check "$SCHEMATHESIS_REQUIREMENT" </dev/null >&2; } \
     || die "pip install $SCHEMATHESIS_REQUIREMENT failed"
   version="$(st_version || true)"
   [[ "$version" =~ ^4\. ]] || die "Schemathesis 4.x is not importable by $PYTHON after pip install (found '${version:-none}')"
@@ -178,15 +181,21 @@ if [[ -z "$CUSTOMER_TOKEN" ]]; then
     -H 'Content-Type: application/json' --data-binary '{"customerEmail":"viewer@example.com"}' || true)"
   if [[ "$status" == "200" ]]; then
     CUSTOMER_TOKEN="$(json_field customerToken <"$WORK/token.out")"
+  elif [[ "$status" == "404" ]] && grep -q '"customer_tokens_disabled"' "$WORK/token.out"; then
+    # The deployment issues no customer tokens (no TOLLGATE_TOKEN_SECRET): nothing to test with one.
+    log "customer tokens are off on this deployment: the customer-token security scheme goes untested"
   else
-    log "POST /v1/customer-tokens answered ${status:-nothing}: the customer-token security scheme goes untested"
+    # Any other answer to a valid publisher is a fault, not a reason to test less.
+    log "POST /v1/customer-tokens answered ${status:-nothing} to a valid publisher"
+    printf 'schemathesis %s: FAIL — POST /v1/customer-tokens answered %s to a valid publisher\n' "$version" "${status:-nothing}"
+    exit 1
   fi
 fi
 
 # ------------------------------------------------------------------ run
 
 if [[ -z "$REPORT_DIR" ]]; then
-  REPORT_DIR="$(mktemp -d /tmp/tollgate-schemathesis-report.XXXXXX)"
+  REPORT_DIR="$(mktemp -d "${TMPDIR:-/tmp}/tollgate-schemathesis-report.XXXXXX")"
   OWN_REPORT_DIR="$REPORT_DIR"
 fi
 
