@@ -333,6 +333,58 @@ struct PostgresClientTests {
         }
     }
 
+    @Test("a statement prepared before another process changed its result type runs again once re-prepared")
+    func resultTypeChanged() async throws {
+        let url = try await TestEnvironment.freshDatabase()
+        let client = PostgresClient(url: url, connections: 1)
+        let migrator = PostgresClient(url: url, connections: 1)
+        try await migrator.withConnection { try await $0.runScript("CREATE TABLE titles (id int PRIMARY KEY, title varchar(10)); INSERT INTO titles VALUES (1, 'a')") }
+        let select = "SELECT title FROM titles WHERE id = $1"
+        #expect(try await client.query(select, [1]).rows.first?.decode(String.self, "title") == "a")
+        #expect(try await client.query("UPDATE titles SET title = $2 WHERE id = $1 RETURNING title", [1, "b"]).rows.count == 1)
+
+        // A migration of a newer release, while this process runs: the result type of both plans changes.
+        try await migrator.withConnection { try await $0.runScript("ALTER TABLE titles ALTER COLUMN title TYPE varchar(200)") }
+        // Outside a transaction, the statement is prepared again and run at once.
+        #expect(try await client.query(select, [1]).rows.first?.decode(String.self, "title") == "b")
+        // Inside one, the transaction has failed by then: this attempt fails, the next runs.
+        let update = "UPDATE titles SET title = $2 WHERE id = $1 RETURNING title"
+        await #expect(throws: PostgresError.self) {
+            try await client.withTransaction { try await $0.query(update, [1, "c"]) }
+        }
+        let updated = try await client.withTransaction { try await $0.query(update, [1, "d"]) }
+        #expect(try updated.rows.first?.decode(String.self, "title") == "d")
+        // The server's copies of the two forgotten plans are gone: the select, the update and this query remain.
+        #expect(try await client.query("SELECT name FROM pg_prepared_statements").rows.count == 3)
+        await client.shutdown()
+        await migrator.shutdown()
+    }
+
+    @Test("a data exception does not quote the value it refused", arguments: [
+        ("SELECT $1::uuid", "22P02"), ("SELECT $1::int", "22P02"), ("SELECT $1::timestamptz", "22007"), ("SELECT $1::integer", "22003"),
+    ])
+    func dataExceptionUnquoted(sql: String, sqlState: String) async throws {
+        let client = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1)
+        let value = sqlState == "22003" ? "4242424242" : "Hunter-\(Fixtures.suffix(6))"
+        let error = await #expect(throws: PostgresError.self) { try await client.query(sql, [value]) }
+        #expect(error?.sqlState == sqlState)
+        #expect(error.map { "\($0)" }?.contains(value) == false)
+        #expect(error?.message.contains("\"…\"") == true)
+        await client.shutdown()
+    }
+
+    @Test("COPY is refused, and its connection is replaced rather than left mid-COPY")
+    func copyRefused() async throws {
+        let client = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1)
+        try await client.withConnection { try await $0.runScript("CREATE TABLE copied (id int)") }
+        for sql in ["COPY copied FROM STDIN", "COPY copied TO STDOUT"] {
+            let error = await #expect(throws: PostgresError.self) { try await client.withConnection { try await $0.runScript(sql) } }
+            #expect(error?.code == .connection)
+            #expect(try await client.query("SELECT count(*) AS n FROM copied").rows.first?.decode(Int.self, "n") == 0)
+        }
+        await client.shutdown()
+    }
+
     @Test("a session still leased when its client shuts down refuses work with .closed, off Swift's pool")
     func shutDownUnderALease() async throws {
         let client = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1)
@@ -347,6 +399,9 @@ struct PostgresClientTests {
     @Test("a URL libpq cannot read never shows its credentials in the error", arguments: [
         "postgres://tollgate:Hunter%zz2@127.0.0.1:1/tollgate", "postgres://tollgate:Hunter 2@127.0.0.1:1/tollgate",
         "postgres://tollgate:Hunter2@127.0.0.1:1/tollgate?sslmode=nonsense",
+        // The password in the query, and an `@` after the credentials: libpq splits at the first one.
+        "postgres://127.0.0.1:1/tollgate?password=Hunter%zz2", "postgres://127.0.0.1:1/tollgate?user=tollgate&password=Hunter%zz2&sslmode=x",
+        "postgres://tollgate:Hunter%zz2@127.0.0.1:1/tollgate?application_name=api@eu",
     ])
     func credentialsRedacted(url: String) async throws {
         let client = PostgresClient(url: url, connections: 1)

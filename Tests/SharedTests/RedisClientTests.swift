@@ -327,6 +327,20 @@ struct RedisClientTests {
         }
     }
 
+    @Test("a Redis that does not know AUTH refuses the connection without quoting the password")
+    func authUnknown() async throws {
+        // Renamed away, as some hardened setups do; a proxy that lacks AUTH answers alike.
+        let redis = try await DedicatedRedis(arguments: ["--rename-command", "AUTH", ""])
+        let password = "secret-\(Fixtures.suffix(8))"
+        let client = RedisClient(configuration: try RedisConfiguration(url: "redis://:\(password)@127.0.0.1:\(redis.port)/0"), connections: 1)
+        try await TestEnvironment.using(client, redis) {
+            let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
+            #expect(error?.code == .refused)
+            #expect(error?.message.contains("unknown command") == true)
+            #expect(error.map { "\($0)" }?.contains(password) == false)
+        }
+    }
+
     @Test("connecting to a closed port is a connection error")
     func closedPort() async throws {
         let port = try Self.closedPort()

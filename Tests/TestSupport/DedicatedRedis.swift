@@ -7,9 +7,12 @@ public final class DedicatedRedis: @unchecked Sendable {
     public let port: Int
     private let directory: String
     private var server: ManagedProcess?
+    private let arguments: [String]
 
-    /// Starts a server on a free port in a folder under the test state directory.
-    public init() async throws {
+    /// Starts a server on a free port in a folder under the test state directory; `arguments` add to
+    /// its configuration (`--rename-command AUTH ""`, say).
+    public init(arguments: [String] = []) async throws {
+        self.arguments = arguments
         self.directory = "\(try TestEnvironment.stateDirectory())/redis-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
         self.port = try Self.freePort()
@@ -26,7 +29,7 @@ public final class DedicatedRedis: @unchecked Sendable {
             arguments: [
                 "--bind", "127.0.0.1", "--port", String(self.port), "--dir", self.directory, "--appendonly", "yes",
                 "--appendfsync", "everysec", "--save", "", "--maxmemory-policy", "noeviction",
-            ],
+            ] + self.arguments,
             environment: [:], portFileVariable: nil
         )
         self.server = server

@@ -12,6 +12,11 @@ final class PostgresConnection {
     private var ending = false
     /// Statements prepared on this session, by SQL text: parsed and planned once per connection, not per call.
     private var prepared: [String: String] = [:]
+    /// Statements prepared so far, for unique names: one forgotten (its plan changed) is not prepared again
+    /// under its name while the server may still hold it.
+    private var preparedNames = 0
+    /// Prepared statements forgotten inside a transaction, deallocated once the session is idle again.
+    private var stalePrepared: [String] = []
     /// Tollgate's statements are fixed strings; past this many, further texts run unprepared.
     private static let maxPrepared = 512
 
@@ -130,13 +135,22 @@ final class PostgresConnection {
 
     /// libpq quotes the part of a URL it cannot read (a password with a bare `%` or a space, say) in its
     /// error: the URL, its credentials and its password, raw or decoded, become `***` before the text
-    /// reaches an error or a log.
+    /// reaches an error or a log. The credentials end at the first `@` (as libpq reads them) or the last
+    /// (as a password holding an `@` would); a password may also come as a `password=` parameter, in the
+    /// query or in a `key=value` connection string.
     static func redacting(_ url: String, in message: String) -> String {
         var secrets = [url]
-        if let scheme = url.range(of: "://"), let at = url.range(of: "@", options: .backwards), scheme.upperBound < at.lowerBound {
-            let credentials = url[scheme.upperBound..<at.lowerBound]
-            secrets.append(String(credentials))
-            if let colon = credentials.firstIndex(of: ":") { secrets.append(String(credentials[credentials.index(after: colon)...])) }
+        if let scheme = url.range(of: "://") {
+            let rest = url[scheme.upperBound...]
+            for at in [rest.firstIndex(of: "@"), rest.lastIndex(of: "@")].compactMap({ $0 }) {
+                let credentials = rest[..<at]
+                secrets.append(String(credentials))
+                if let colon = credentials.firstIndex(of: ":") { secrets.append(String(credentials[credentials.index(after: colon)...])) }
+            }
+        }
+        for match in url.matches(of: /password\s*=\s*([^&\s]+)/) {
+            secrets.append(String(match.1))
+            if let decoded = String(match.1).removingPercentEncoding { secrets.append(decoded) }
         }
         if let password = URLComponents(string: url)?.password { secrets.append(password) }
         var text = message
@@ -165,8 +179,44 @@ final class PostgresConnection {
     ///
     /// Queries and data changes are prepared once per connection (the server keeps their plans);
     /// anything else (BEGIN, COMMIT, DDL) runs as is.
+    ///
+    /// A prepared statement whose result type changed since it was prepared (a newer release's migration
+    /// altered a column it returns, while this process runs) fails with 0A000, on every call, until it is
+    /// prepared again: it is forgotten then, and run again at once outside a transaction (the failed call
+    /// changed nothing); inside one, the transaction has failed, and the caller's next attempt prepares it.
     func execute(_ sql: String, _ parameters: [String?]) throws -> PostgresResult {
         try Self.refuseNUL(parameters)
+        do {
+            return try self.executeOnce(sql, parameters)
+        } catch let error as PostgresError where self.forgetChangedPlans(error, of: [sql]) && !self.isInTransaction {
+            return try self.executeOnce(sql, parameters)
+        }
+    }
+
+    /// Forgets the prepared statements among `texts` when `error` says a plan's result type changed
+    /// (0A000, "cached plan must not change result type"); whether it did.
+    private func forgetChangedPlans(_ error: PostgresError, of texts: [String]) -> Bool {
+        guard error.code == .server, error.sqlState == "0A000" else { return false }
+        var forgot = false
+        for sql in texts {
+            guard let name = self.prepared.removeValue(forKey: sql) else { continue }
+            self.stalePrepared.append(name)
+            forgot = true
+        }
+        return forgot
+    }
+
+    /// Releases the server's copies of forgotten statements, once no transaction is open (in a failed one
+    /// the server would refuse the command).
+    private func deallocateStale() throws {
+        guard !self.stalePrepared.isEmpty, !self.isInTransaction else { return }
+        let names = self.stalePrepared
+        self.stalePrepared = []
+        for name in names { try self.executeScript("DEALLOCATE \(name)") }
+    }
+
+    private func executeOnce(_ sql: String, _ parameters: [String?]) throws -> PostgresResult {
+        try self.deallocateStale()
         let statement = try self.preparedName(for: sql, parameterCount: parameters.count)
         let deadline = self.deadline()
         let sent = Self.withOptionalCStrings(parameters) { values in
@@ -217,6 +267,10 @@ final class PostgresConnection {
                 rows = Self.rows(of: result)
             case PGRES_PIPELINE_ABORTED:
                 break
+            case PGRES_COPY_IN, PGRES_COPY_OUT, PGRES_COPY_BOTH:
+                // libpq would hand out this result again and again, never the NULL that ends the call: the
+                // session is mid-COPY, and is given up (a `.connection` error: the pool drops it).
+                throw PostgresError(.connection, "COPY is not supported through this client")
             default:
                 if firstError == nil { firstError = Self.error(from: result, healthy: self.isHealthy) }
             }
@@ -253,6 +307,15 @@ final class PostgresConnection {
     /// (inside a transaction, the caller rolls back as after any failed statement).
     func executePipeline(_ statements: [(sql: String, parameters: [String?])]) throws -> [PostgresResult] {
         for statement in statements { try Self.refuseNUL(statement.parameters) }
+        do {
+            return try self.executePipelineOnce(statements)
+        } catch let error as PostgresError where self.forgetChangedPlans(error, of: statements.map(\.sql)) && !self.isInTransaction {
+            return try self.executePipelineOnce(statements)
+        }
+    }
+
+    private func executePipelineOnce(_ statements: [(sql: String, parameters: [String?])]) throws -> [PostgresResult] {
+        try self.deallocateStale()
         // Preparing is a round trip of its own, done before the pipeline (once per connection and text).
         let names = try statements.map { try self.preparedName(for: $0.sql, parameterCount: $0.parameters.count) }
         guard PQenterPipelineMode(self.handle) == 1 else {
@@ -300,7 +363,8 @@ final class PostgresConnection {
     private func preparedName(for sql: String, parameterCount: Int) throws -> String? {
         if let name = self.prepared[sql] { return name }
         guard self.prepared.count < Self.maxPrepared, Self.isPreparable(sql) else { return nil }
-        let name = "tg_\(self.prepared.count + 1)"
+        self.preparedNames += 1
+        let name = "tg_\(self.preparedNames)"
         let deadline = self.deadline()
         guard PQsendPrepare(self.handle, name, sql, Int32(parameterCount), nil) == 1 else {
             throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
@@ -330,7 +394,12 @@ final class PostgresConnection {
     private static func error(from result: OpaquePointer, healthy: Bool) -> PostgresError {
         let sqlState = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
         let primary = PQresultErrorField(result, Int32(UInt8(ascii: "M"))).map { String(cString: $0) }
-        let message = primary ?? Self.message(PQresultErrorMessage(result))
+        var message = primary ?? Self.message(PQresultErrorMessage(result))
+        if sqlState?.hasPrefix("22") == true {
+            // Data exceptions quote the value refused (`invalid input syntax for type uuid: "…"`), which
+            // came from a request or from Apple: it does not go on to an error or a log.
+            message = message.replacing(/"[^"]*"/, with: "\"…\"")
+        }
         return PostgresError(healthy ? .server : .connection, sqlState: sqlState, message)
     }
 

@@ -1,7 +1,8 @@
 /// An error from PostgreSQL or from talking to it.
 ///
-/// Server errors carry the SQLSTATE (`23505` is a unique violation) and PostgreSQL's primary message;
-/// they never carry bound parameter values, so no secret reaches a log through them.
+/// Server errors carry the SQLSTATE (`23505` is a unique violation) and PostgreSQL's primary message.
+/// Of those, only data exceptions (class 22) quote a value they were given, and that quote is cut out,
+/// so no bound value reaches a log through them.
 public struct PostgresError: Error, Equatable, CustomStringConvertible {
     /// What kind of failure this is.
     public struct Code: Hashable, Sendable, CustomStringConvertible {

@@ -229,8 +229,8 @@ final class RedisConnection {
         case .success(let replies):
             for case .failure(let error) in replies {
                 self.drop()
-                // The AUTH error text is Redis' own ("WRONGPASS …"); it never contains the password.
-                throw RedisError(.refused, error.message)
+                // Redis' own text ("WRONGPASS …"), without the arguments it may quote.
+                throw RedisError.setupRefused(error.message)
             }
         }
     }

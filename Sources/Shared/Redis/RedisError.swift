@@ -36,6 +36,14 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
         self.message = message
     }
 
+    /// The refusal of a connection's `AUTH` or `SELECT`, from Redis' error reply. Redis quotes the
+    /// arguments of a command it does not know ("unknown command 'AUTH', with args beginning with:
+    /// '<password>'", where AUTH is renamed away or a proxy lacks it): they are cut off.
+    static func setupRefused(_ reply: String) -> RedisError {
+        let message = reply.range(of: ", with args beginning with").map { String(reply[..<$0.lowerBound]) } ?? reply
+        return RedisError(.refused, message)
+    }
+
     /// Whether Redis said it does not know a script's SHA (after a restart or `SCRIPT FLUSH`).
     public var isNoScript: Bool { self.code == .server && self.message.hasPrefix("NOSCRIPT") }
 

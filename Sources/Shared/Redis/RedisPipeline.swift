@@ -280,8 +280,8 @@ final class RedisReplyHandler: ChannelInboundHandler {
                         return self.fail(context, RedisError(.connection, "Redis became a read-only replica: reconnecting"))
                     }
                 case (.setup, .failure(let error)):
-                    // The AUTH error text is Redis' own ("WRONGPASS …"); it never contains the password.
-                    return self.fail(context, RedisError(.refused, error.message))
+                    // Redis' own text ("WRONGPASS …"), without the arguments it may quote.
+                    return self.fail(context, RedisError.setupRefused(error.message))
                 case (.setup(let done), .success):
                     done?()
                 }
