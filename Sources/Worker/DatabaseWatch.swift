@@ -84,7 +84,7 @@ final class DatabaseWatch: Sendable {
             ])
         }
         while !stopping(), !Task.isCancelled {
-            if pause > .zero { try? await Task.sleep(for: pause) }
+            await Self.sleep(for: pause, stopping: stopping)
             pause = interval
             guard !stopping(), !Task.isCancelled else { break }
             if await Self.takesWrites(database) {
@@ -97,6 +97,17 @@ final class DatabaseWatch: Sendable {
             }
         }
         return false
+    }
+
+    /// Sleeps for `duration`, or until `stopping` says so: a SIGTERM during a 30 s pause must not wait it out
+    /// (the grace period would cut the worker off before it leaves the consumer group).
+    private static func sleep(for duration: Duration, stopping: () -> Bool) async {
+        let end = ContinuousClock.now + duration
+        while !stopping(), !Task.isCancelled {
+            let left = end - ContinuousClock.now
+            guard left > .zero else { return }
+            try? await Task.sleep(for: min(left, .milliseconds(100)))
+        }
     }
 
     /// A primary that answers: a standby, or a primary demoted by a failover, answers too but takes no grant.

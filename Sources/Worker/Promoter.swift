@@ -17,10 +17,17 @@ struct Promoter: Service {
     /// or ten claim idle times if longer. A live worker reads at least every second.
     var forgetConsumersAfterMilliseconds: Int { max(3_600_000, self.lostAfterMilliseconds * 10) }
 
+    /// How often due retries are looked for.
+    static let interval = Duration.milliseconds(250)
+    /// The longest wait between tries while Redis is away.
+    static let maxBackoff = Duration.seconds(5)
+
     func run() async {
         // Its Redis calls may wait out their timeout when Redis hangs; a SIGTERM does not wait for them.
         await untilGracefulShutdown {
             var lastRestore = ContinuousClock.now
+            // While Redis is away: every check fails, and is tried again after 0.25, 0.5, 1, 2, 4, 5, 5… s.
+            var backoff = Self.interval
             while !Task.isCancelled {
                 if ContinuousClock.now - lastRestore > .milliseconds(max(1000, self.lostAfterMilliseconds / 2)) {
                     lastRestore = ContinuousClock.now
@@ -34,19 +41,27 @@ struct Promoter: Service {
                         if forgotten > 0 { self.logger.info("removed the names of workers gone from the consumer group", metadata: ["count": "\(forgotten)"]) }
                     } catch {
                         guard !Task.isCancelled else { return }
-                        self.logger.warning("cannot check for lost entries or old dead letters", metadata: ["error": "\(error)"])
+                        if backoff == Self.interval {
+                            self.logger.warning("cannot check for lost entries or old dead letters", metadata: ["error": "\(error)"])
+                        }
                     }
                 }
                 do {
                     let moved = try await self.queue.promoteDue(now: self.queue.clock.nowMilliseconds())
                     if moved > 0 { self.logger.debug("promoted due retries", metadata: ["count": "\(moved)"]) }
+                    if backoff > Self.interval { self.logger.info("promoting retries again") }
+                    backoff = Self.interval
                     // A full batch means more are due right now.
                     if moved >= 500 { continue }
                 } catch {
                     guard !Task.isCancelled else { return }
-                    self.logger.warning("cannot promote retries", metadata: ["error": "\(error)"])
+                    // Once per outage, not four times a second for all of it.
+                    if backoff == Self.interval { self.logger.warning("cannot promote retries", metadata: ["error": "\(error)"]) }
+                    try? await Task.sleep(for: backoff)
+                    backoff = min(backoff * 2, Self.maxBackoff)
+                    continue
                 }
-                try? await Task.sleep(for: .milliseconds(250))
+                try? await Task.sleep(for: Self.interval)
             }
         }
     }

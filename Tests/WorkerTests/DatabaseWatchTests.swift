@@ -1,4 +1,7 @@
+import Logging
 import Shared
+import Synchronization
+import TestSupport
 import Testing
 @testable import Worker
 
@@ -42,5 +45,25 @@ struct DatabaseWatchTests {
         #expect(!watch.note(PostgresError(.server, sqlState: "23505", "duplicate key value")))
         watch.noteWorked()
         #expect(watch.isAway, "only a probe brings it back")
+    }
+
+    @Test("a shutdown during the pause after a failed trial ends the wait at once, not when the pause is over")
+    func stopDuringPause() async throws {
+        let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1)
+        let watch = DatabaseWatch()
+        let logger = Logger(label: "test")
+        let outage = PostgresError(.server, sqlState: "53100", "could not extend file")
+        watch.note(outage)
+        #expect(await watch.untilBack(database, interval: .seconds(120), logger: logger, stopping: { false }), "a trial opens")
+        watch.note(outage)  // the trial job found it away again: the next probe waits 30 s (the cap)
+
+        let stopping = Atomic<Bool>(false)
+        let started = ContinuousClock.now
+        async let back = watch.untilBack(database, interval: .seconds(120), logger: logger, stopping: { stopping.load(ordering: .relaxed) })
+        try await Task.sleep(for: .milliseconds(200))
+        stopping.store(true, ordering: .relaxed)
+        #expect(await back == false)
+        #expect(ContinuousClock.now - started < .seconds(15), "the pause was 30 s")
+        await database.shutdown()
     }
 }

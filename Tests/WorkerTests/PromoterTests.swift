@@ -1,5 +1,6 @@
 import Logging
 import Shared
+import Synchronization
 import Testing
 import TestSupport
 @testable import Worker
@@ -26,5 +27,52 @@ struct PromoterTests {
             running.cancel()
             await running.value
         }
+    }
+
+    @Test("while Redis is away the promoter backs off and warns once, and says so when it promotes again")
+    func backsOffDuringOutage() async throws {
+        let redis = try await DedicatedRedis()
+        let client = RedisClient(configuration: try RedisConfiguration(url: redis.url), connections: 1)
+        let lines = CapturedLines()
+        let promoter = Promoter(
+            queue: ReceiptQueue(redis: client, prefix: TestEnvironment.uniquePrefix()), lostAfterMilliseconds: 60_000, retentionSeconds: 3600,
+            logger: Logger(label: "test.promoter") { _ in lines }
+        )
+        try await TestEnvironment.using(client, redis) {
+            let running = Task { await promoter.run() }
+            defer { running.cancel() }
+            await redis.stop()
+            _ = try await Poll.until(timeout: .seconds(30), "the first warning") { lines.count("cannot promote retries") > 0 ? true : nil }
+            // Four tries a second before: a dozen warnings in these 3 s.
+            try await Task.sleep(for: .seconds(3))
+            #expect(lines.count("cannot promote retries") == 1)
+            try await redis.start()
+            _ = try await Poll.until(timeout: .seconds(30), "promoting again") { lines.count("promoting retries again") > 0 ? true : nil }
+            running.cancel()
+            await running.value
+        }
+    }
+}
+
+/// A log handler that keeps the messages it is given.
+private struct CapturedLines: LogHandler {
+    private let messages = SharedMessages()
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { self.metadata[key] }
+        set { self.metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        self.messages.lines.withLock { $0.append(event.message.description) }
+    }
+
+    /// How many messages were exactly `message`.
+    func count(_ message: String) -> Int { self.messages.lines.withLock { $0.filter { $0 == message }.count } }
+
+    private final class SharedMessages: Sendable {
+        let lines = Mutex<[String]>([])
     }
 }

@@ -431,8 +431,18 @@ enum QueueScripts {
         return removed
         """)
 
+    /// Removes a consumer from the group if it holds no entry.
+    ///
+    /// KEYS: stream. ARGV: group, consumer. Returns 1 when removed (or not there), 0 when it holds entries.
+    static let leaveGroup = RedisScript(name: "leave_group", source: """
+        if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then return 0 end
+        redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+        return 1
+        """)
+
     /// Every script, for loading at start.
     static let all = [
         enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleVerified, appleMalformed, acknowledge, forgetIdleConsumers,
+        leaveGroup,
     ]
 }

@@ -288,11 +288,12 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// Removes `consumer` from the group when it holds no entry, and says whether it did. A consumer that
-    /// holds entries is kept: removing it would drop them from the group's pending list.
+    /// holds entries is kept: removing it would drop them from the group's pending list, past the group's
+    /// last delivered entry, where no read or claim would ever hand them out again. The check and the
+    /// removal are one script: a read under the same name in between (a second process given the same
+    /// `TOLLGATE_WORKER_NAME`) cannot slip an entry in.
     public func leaveGroup(consumer: String) async throws -> Bool {
-        let held = try await self.redis.send("XPENDING", self.keys.stream, self.keys.group, "-", "+", "1", consumer)
-        guard held.array?.isEmpty == true else { return false }
-        return try await self.redis.send("XGROUP", "DELCONSUMER", self.keys.stream, self.keys.group, consumer).int != nil
+        try await self.redis.run(QueueScripts.leaveGroup, keys: [self.keys.stream], arguments: [self.keys.group, consumer]).int == 1
     }
 
     /// Removes from the group the consumer names that hold nothing and have not read for `idleMilliseconds`:
