@@ -160,6 +160,30 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("in one call of the enqueue script, a submission whose key holds another type fails alone; the others are decided")
+    func enqueueItemFails() async throws {
+        try await Self.withQueue { harness in
+            let (first, broken, last) = (Fixtures.job(), Fixtures.job(transactionId: Fixtures.transactionId()), Fixtures.job())
+            try await harness.redis.send("SET", harness.keys.pending(for: broken), "not a set")
+            let items = [first, broken, last].map { harness.queue.submission($0, keyTTLSeconds: Self.ttl) }
+            let reply = try await harness.redis.run(
+                QueueScripts.enqueue, keys: [harness.keys.stream, harness.keys.inflight] + items.flatMap(\.keys),
+                arguments: [harness.keys.jobPrefix, harness.keys.accessChannel] + items.flatMap(\.arguments)
+            )
+            let parts = try #require(reply.array).map { $0.array?.first?.string }
+            #expect(parts == ["created", "error", "created"])
+            #expect(try #require(reply.array)[1].array?[1].string?.hasPrefix("WRONGTYPE") == true)
+            #expect(try await harness.pending(first))
+            #expect(try await harness.pending(last))
+
+            // Sent alone, through the queue: the error is thrown, not answered as a duplicate.
+            try await harness.redis.send("DEL", harness.keys.dedup(for: broken))
+            let error = await #expect(throws: RedisError.self) { try await harness.queue.enqueue(broken, keyTTLSeconds: Self.ttl) }
+            #expect(error?.message.hasPrefix("WRONGTYPE") == true)
+            #expect(error?.isUnavailable == false)
+        }
+    }
+
     @Test("counts without a consumer group (no worker has started yet, or Redis lost it): all queued, none processing")
     func countsWithoutGroup() async throws {
         try await Self.withQueue { harness in

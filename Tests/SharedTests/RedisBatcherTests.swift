@@ -98,17 +98,82 @@ struct RedisBatcherTests {
         }
     }
 
-    @Test("a script error in a shared call is tried again item by item: only the item that fails gets the error")
+    @Test("a script error fails every item of its call, and only those: none is run again, the next call runs")
     func failedCall() async throws {
         try await Self.gathered(first: "first", rest: ["a", "boom", "b"], maxItems: 3) { batcher, results, sizes in
-            #expect(sizes == [1, 3, 1, 1, 1])
+            // Redis keeps what a failed script wrote before its error: running its items again could answer
+            // "done" for one whose writes stopped halfway.
+            #expect(sizes == [1, 3])
             #expect(try results["first"]?.get().array?[1].string == "first")
-            #expect(try results["a"]?.get().array?[1].string == "a")
-            #expect(try results["b"]?.get().array?[1].string == "b")
-            let error = #expect(throws: RedisError.self) { try results["boom"]?.get() }
-            #expect(error?.message.contains("boom") == true)
+            for value in ["a", "boom", "b"] {
+                let error = #expect(throws: RedisError.self) { try results[value]?.get() }
+                #expect(error?.message.contains("boom in call 2") == true)
+            }
             let after = try await batcher.run(Self.item("after"))
-            #expect(after.array?[0].int == 6, "the next call runs: the sixth")
+            #expect(after.array?[0].int == 3, "the next call runs: the third")
+        }
+    }
+
+    @Test("a call that fails for Redis being away fails every item waiting then, not 32 at a time per timeout")
+    func unavailableFailsWaiting() async throws {
+        let gate = AsyncStream<Void>.makeStream()
+        let calls = Mutex(0)
+        let batcher = RedisBatcher(name: "away", keys: [], arguments: [], maxItems: 2, maxCalls: 1) { _, _ in
+            if calls.withLock({ $0 += 1; return $0 }) == 1 { for await _ in gate.stream { break } }
+            throw RedisError(.connection, "connection refused")
+        }
+        let results = Results()
+        func add(_ value: String) {
+            Task {
+                let result: Result<RedisValue, any Error>
+                do { result = .success(try await batcher.run(Self.item(value))) } catch { result = .failure(error) }
+                results.values.withLock { $0[value] = result }
+            }
+        }
+        add("first")
+        _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { calls.withLock { $0 } == 1 ? true : nil }
+        for index in 0..<10 { add("item-\(index)") }
+        _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "10 items waiting") { batcher.waitingCount == 10 ? true : nil }
+        gate.continuation.finish()
+        let all = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "every item's result") {
+            results.values.withLock { $0.count == 11 ? $0 : nil }
+        }
+        for result in all.values {
+            let error = #expect(throws: RedisError.self) { try result.get() }
+            #expect(error?.isUnavailable == true)
+        }
+        #expect(calls.withLock { $0 } == 1, "the waiting items were failed with the first call, not sent to Redis two by two")
+        #expect(batcher.waitingCount == 0)
+    }
+
+    @Test("past maxWaitingBytes an item is refused at once as Redis unavailable; the items waiting still run")
+    func waitingBounded() async throws {
+        try await RedisClientTests.withClient { client, prefix in
+            let gate = FirstCallGate()
+            // Each item here is 8 bytes ("item-NNN"): room for three.
+            let batcher = RedisBatcher(name: "echo", keys: ["\(prefix):calls"], arguments: [], maxItems: 32, maxCalls: 1, maxWaitingBytes: 24) {
+                keys, arguments in try await gate.call(client, keys, arguments)
+            }
+            let results = Results()
+            func add(_ value: String) {
+                Task {
+                    let result: Result<RedisValue, any Error>
+                    do { result = .success(try await batcher.run(Self.item(value))) } catch { result = .failure(error) }
+                    results.values.withLock { $0[value] = result }
+                }
+            }
+            add("item-000")
+            _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { gate.calls == 1 ? true : nil }
+            for index in 1...3 { add("item-00\(index)") }
+            _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "3 items waiting") { batcher.waitingCount == 3 ? true : nil }
+            let refused = await #expect(throws: RedisError.self) { try await batcher.run(Self.item("item-004")) }
+            #expect(refused?.isUnavailable == true)
+            gate.open()
+            let all = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the four results") {
+                results.values.withLock { $0.count == 4 ? $0 : nil }
+            }
+            for (value, result) in all { #expect(try result.get().array?[1].string == value) }
+            #expect(gate.sizes.withLock { $0 } == [1, 3])
         }
     }
 

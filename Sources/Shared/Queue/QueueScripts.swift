@@ -57,7 +57,8 @@ enum QueueScripts {
     /// KEYS: stream, inflight, then per submission: dedup, job, pending, and claim when it has a
     /// transaction id. ARGV: job key prefix, access channel, then per submission: jobId, customer, offer,
     /// publisherId, payload, now (ms), key TTL (s), has claim ('1' or '0'). Returns one reply per
-    /// submission: {'created', jobId, 'queued'} | {'duplicate', jobId, status} | {'claimed'}.
+    /// submission: {'created', jobId, 'queued'} | {'duplicate', jobId, status} | {'claimed'} | {'error', message}
+    /// (a key of that submission holds another type; what it wrote before stays, as when it is sent alone).
     ///
     /// Every script that changes what a customer's access status answers (`pending`, or a grant behind a
     /// final status) publishes the pending key on the access channel, so API caches drop that answer.
@@ -94,7 +95,15 @@ enum QueueScripts {
         for a = 3, #ARGV, 8 do
           local claim = nil
           if ARGV[a + 7] == '1' then claim = KEYS[k + 3] end
-          replies[#replies + 1] = submit(KEYS[k], KEYS[k + 1], KEYS[k + 2], claim, a)
+          local ok, reply = pcall(submit, KEYS[k], KEYS[k + 1], KEYS[k + 2], claim, a)
+          if not ok then
+            -- One submission's own key of the wrong type is its own failure; anything else (OOM, READONLY,
+            -- NOPERM, …) is the server's, and fails the call with Redis' own error (error() would wrap it).
+            local message = type(reply) == 'table' and reply.err or tostring(reply)
+            if string.sub(message, 1, 9) ~= 'WRONGTYPE' then return redis.error_reply(message) end
+            reply = {'error', message}
+          end
+          replies[#replies + 1] = reply
           k = k + (claim and 4 or 3)
         end
         return replies

@@ -106,15 +106,7 @@ public struct ReceiptQueue: Sendable {
     /// Submissions made while another call is in flight share the next call of the script; each is
     /// decided on its own, in order.
     public func enqueue(_ job: ReceiptJob, keyTTLSeconds: Int) async throws -> EnqueueOutcome {
-        let keys = [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.pending(for: job)] + self.claimKeys(job)
-        let reply = try await self.submissions.run(RedisBatcher.Item(
-            keys: keys,
-            arguments: [
-                job.jobId, job.customerEmail, job.offerId, job.publisherId.lowercasedString, job.json,
-                String(job.acceptedAtMilliseconds), String(keyTTLSeconds), job.transactionId == nil ? "0" : "1",
-            ]
-        ))
-        let parts = reply.array ?? []
+        let parts = try await self.submissions.run(self.submission(job, keyTTLSeconds: keyTTLSeconds)).array ?? []
         switch parts.first?.string {
         case "created":
             return .created(jobId: job.jobId)
@@ -125,9 +117,22 @@ public struct ReceiptQueue: Sendable {
             return .duplicate(jobId: jobId, status: status)
         case "claimed":
             return .alreadyClaimed
+        case "error":
+            throw RedisError(.server, parts.count == 2 ? parts[1].string ?? "" : "enqueue failed")
         default:
             throw RedisError(.protocolViolation, "enqueue returned an unexpected reply")
         }
+    }
+
+    /// One submission's part of a call of the enqueue script.
+    func submission(_ job: ReceiptJob, keyTTLSeconds: Int) -> RedisBatcher.Item {
+        RedisBatcher.Item(
+            keys: [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.pending(for: job)] + self.claimKeys(job),
+            arguments: [
+                job.jobId, job.customerEmail, job.offerId, job.publisherId.lowercasedString, job.json,
+                String(job.acceptedAtMilliseconds), String(keyTTLSeconds), job.transactionId == nil ? "0" : "1",
+            ]
+        )
     }
 
     /// The job an earlier identical submission created, and its status, while Redis still knows it: what

@@ -9,9 +9,12 @@ import Synchronization
 /// shared by everything that arrived meanwhile. A call runs its items in order, atomically. Two calls
 /// rather than one keep Redis busy while the API reads one reply and writes the next call.
 ///
-/// A failed call (connection lost, timeout) fails every item in it. A script error in a call of several
-/// items (one item's key of the wrong type, say) runs each item again alone, so that only the item that
-/// fails gets the error: the script must make a retried item harmless.
+/// A failed call fails every item in it; a failure of one item alone (its key of the wrong type, say) is
+/// the script's to report in that item's reply. Redis does not undo what a failed script wrote, so
+/// running items of a failed call again could answer an item "done" whose writes stopped halfway.
+///
+/// While Redis cannot be reached nothing piles up: a call that fails for that also fails every item
+/// waiting then, and items beyond `maxWaitingBytes` of keys and arguments are refused at once.
 public final class RedisBatcher: Sendable {
     /// One caller's part of a call.
     public struct Item: Sendable {
@@ -23,15 +26,20 @@ public final class RedisBatcher: Sendable {
             self.keys = keys
             self.arguments = arguments
         }
+
+        /// The bytes of its keys and arguments.
+        var size: Int { self.keys.reduce(0) { $0 + $1.utf8.count } + self.arguments.reduce(0) { $0 + $1.utf8.count } }
     }
 
     private struct Waiting {
         let item: Item
+        let size: Int
         let continuation: CheckedContinuation<RedisValue, any Error>
     }
 
     private struct State {
         var waiting: [Waiting] = []
+        var waitingBytes = 0
         var running = 0
     }
 
@@ -44,20 +52,26 @@ public final class RedisBatcher: Sendable {
     private let arguments: [String]
     private let maxItems: Int
     private let maxCalls: Int
+    private let maxWaitingBytes: Int
     private let state = Mutex(State())
 
     /// Creates a batcher for `script`, which receives `keys` then every item's keys as KEYS, and
     /// `arguments` then every item's arguments as ARGV, and answers an array with one reply per item.
-    /// `maxItems` bounds how long one call holds Redis (each item is a few tens of microseconds).
-    public convenience init(redis: RedisClient, script: RedisScript, keys: [String], arguments: [String], maxItems: Int = 32, maxCalls: Int = 2) {
-        self.init(name: script.name, keys: keys, arguments: arguments, maxItems: maxItems, maxCalls: maxCalls) { keys, arguments in
-            try await redis.run(script, keys: keys, arguments: arguments)
+    /// `maxItems` bounds how long one call holds Redis (each item is a few tens of microseconds);
+    /// `maxWaitingBytes` the memory of the items waiting (64 MiB: thousands of real receipts).
+    public convenience init(
+        redis: RedisClient, script: RedisScript, keys: [String], arguments: [String], maxItems: Int = 32, maxCalls: Int = 2,
+        maxWaitingBytes: Int = 64 << 20
+    ) {
+        self.init(name: script.name, keys: keys, arguments: arguments, maxItems: maxItems, maxCalls: maxCalls, maxWaitingBytes: maxWaitingBytes) {
+            keys, arguments in try await redis.run(script, keys: keys, arguments: arguments)
         }
     }
 
     /// A batcher over any call: tests hold a call back to see what gathers behind it.
-    init(name: String, keys: [String], arguments: [String], maxItems: Int, maxCalls: Int, call: @escaping Call) {
+    init(name: String, keys: [String], arguments: [String], maxItems: Int, maxCalls: Int, maxWaitingBytes: Int = 64 << 20, call: @escaping Call) {
         self.name = name
+        self.maxWaitingBytes = maxWaitingBytes
         self.call = call
         self.keys = keys
         self.arguments = arguments
@@ -78,7 +92,10 @@ public final class RedisBatcher: Sendable {
         guard leads else { return try await self.wait(item) }
         // Nothing waits: call from this task, with no hop to another, and hand on what gathered meanwhile.
         let replies: Result<[RedisValue], any Error>
-        do { replies = .success(try await self.execute([item])) } catch { replies = .failure(error) }
+        do { replies = .success(try await self.execute([item])) } catch {
+            replies = .failure(error)
+            self.failWaiting(after: error)
+        }
         let gathered = self.state.withLock { state in
             guard !state.waiting.isEmpty else {
                 state.running -= 1
@@ -93,14 +110,35 @@ public final class RedisBatcher: Sendable {
     /// Queues `item` behind the calls in flight; starts a drain when fewer than `maxCalls` run.
     private func wait(_ item: Item) async throws -> RedisValue {
         try await withCheckedThrowingContinuation { continuation in
-            let start = self.state.withLock { state in
-                state.waiting.append(Waiting(item: item, continuation: continuation))
+            let size = item.size
+            let start = self.state.withLock { state -> Bool? in
+                // Redis is slow or away and this much waits already: a 503 now, not one minutes later.
+                guard state.waitingBytes + size <= self.maxWaitingBytes || state.waiting.isEmpty else { return nil }
+                state.waiting.append(Waiting(item: item, size: size, continuation: continuation))
+                state.waitingBytes += size
                 guard state.running < self.maxCalls else { return false }
                 state.running += 1
                 return true
             }
-            if start { Task { await self.drain() } }
+            switch start {
+            case nil: continuation.resume(throwing: RedisError(.connection, "too much waits for Redis (\(self.name))"))
+            case true?: Task { await self.drain() }
+            case false?: break
+            }
         }
+    }
+
+    /// After a call failed because Redis is unavailable, fails every item waiting too: they would wait for
+    /// a call to the same unreachable Redis, each of those up to its timeout, 32 at a time.
+    private func failWaiting(after error: any Error) {
+        guard (error as? RedisError)?.isUnavailable == true else { return }
+        let failed = self.state.withLock { state in
+            let all = state.waiting
+            state.waiting = []
+            state.waitingBytes = 0
+            return all
+        }
+        for waiting in failed { waiting.continuation.resume(throwing: error) }
     }
 
     /// Calls the script until nothing waits.
@@ -109,16 +147,9 @@ public final class RedisBatcher: Sendable {
             do {
                 let replies = try await self.execute(batch.map(\.item))
                 for (waiting, reply) in zip(batch, replies) { waiting.continuation.resume(returning: reply) }
-            } catch let error as RedisError where batch.count > 1 && error.code == .server && !error.isUnavailable {
-                for waiting in batch {
-                    do {
-                        waiting.continuation.resume(returning: try await self.execute([waiting.item])[0])
-                    } catch {
-                        waiting.continuation.resume(throwing: error)
-                    }
-                }
             } catch {
                 for waiting in batch { waiting.continuation.resume(throwing: error) }
+                self.failWaiting(after: error)
             }
         }
     }
@@ -148,6 +179,7 @@ public final class RedisBatcher: Sendable {
             let count = min(self.maxItems, state.waiting.count)
             let batch = Array(state.waiting.prefix(count))
             state.waiting.removeFirst(count)
+            state.waitingBytes -= batch.reduce(0) { $0 + $1.size }
             return batch
         }
     }
