@@ -41,6 +41,16 @@ struct RedisBatcherTests {
     /// Each item's result, as its task finishes.
     final class Results: Sendable {
         let values = Mutex<[String: Result<RedisValue, any Error>]>([:])
+
+        /// Runs the item `value` on `batcher` in a task of its own, and keeps its result. Unstructured tasks
+        /// and a deadline: an item the batcher never answers fails the test instead of hanging it.
+        func run(_ value: String, on batcher: RedisBatcher) {
+            Task {
+                let result: Result<RedisValue, any Error>
+                do { result = .success(try await batcher.run(RedisBatcherTests.item(value))) } catch { result = .failure(error) }
+                self.values.withLock { $0[value] = result }
+            }
+        }
     }
 
     static func item(_ value: String) -> RedisBatcher.Item { RedisBatcher.Item(keys: [], arguments: [value]) }
@@ -56,16 +66,8 @@ struct RedisBatcherTests {
             let batcher = RedisBatcher(name: "echo", keys: ["\(prefix):calls"], arguments: [], maxItems: maxItems, maxCalls: 1) { keys, arguments in
                 try await gate.call(client, keys, arguments)
             }
-            // Unstructured tasks and a deadline: an item the batcher never answers fails the test
-            // instead of hanging it.
             let results = Results()
-            func add(_ value: String) {
-                Task {
-                    let result: Result<RedisValue, any Error>
-                    do { result = .success(try await batcher.run(Self.item(value))) } catch { result = .failure(error) }
-                    results.values.withLock { $0[value] = result }
-                }
-            }
+            func add(_ value: String) { results.run(value, on: batcher) }
             add(first)
             _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { gate.calls == 1 ? true : nil }
             for value in rest { add(value) }
@@ -123,13 +125,7 @@ struct RedisBatcherTests {
             throw RedisError(.connection, "connection refused")
         }
         let results = Results()
-        func add(_ value: String) {
-            Task {
-                let result: Result<RedisValue, any Error>
-                do { result = .success(try await batcher.run(Self.item(value))) } catch { result = .failure(error) }
-                results.values.withLock { $0[value] = result }
-            }
-        }
+        func add(_ value: String) { results.run(value, on: batcher) }
         add("first")
         _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { calls.withLock { $0 } == 1 ? true : nil }
         for index in 0..<10 { add("item-\(index)") }
@@ -155,13 +151,7 @@ struct RedisBatcherTests {
                 keys, arguments in try await gate.call(client, keys, arguments)
             }
             let results = Results()
-            func add(_ value: String) {
-                Task {
-                    let result: Result<RedisValue, any Error>
-                    do { result = .success(try await batcher.run(Self.item(value))) } catch { result = .failure(error) }
-                    results.values.withLock { $0[value] = result }
-                }
-            }
+            func add(_ value: String) { results.run(value, on: batcher) }
             add("item-000")
             _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { gate.calls == 1 ? true : nil }
             for index in 1...3 { add("item-00\(index)") }
