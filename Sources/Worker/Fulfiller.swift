@@ -58,11 +58,18 @@ struct Fulfiller: Sendable {
             catalog = try await self.catalog(job.publisherId, fresh: true)
             fresh = true
         }
-        let offerProducts = catalog.products.filter { $0.offerId == job.offerId }
-        guard !offerProducts.isEmpty, !catalog.apps.isEmpty else { return .rejected(.offerMismatch, environment: nil) }
-
+        var verification = await self.verify(job, catalog: catalog)
+        if !fresh, case .outcome(let outcome) = verification, Self.decidedByOfferApps(outcome) {
+            // Final, and decided by the offer's apps as cached (none allows the sandbox, or none of their
+            // secrets matched): when they changed since (an app added seconds ago may be the receipt's), Apple
+            // is asked again with them.
+            let cached = Self.offerApps(of: job, in: catalog)
+            catalog = try await self.catalog(job.publisherId, fresh: true)
+            fresh = true
+            if Self.offerApps(of: job, in: catalog) != cached { verification = await self.verify(job, catalog: catalog) }
+        }
         let verified: Verified
-        switch await self.verify(job, offerProducts: offerProducts, apps: catalog.apps) {
+        switch verification {
         case .answer(let answer, let environment, let expired): verified = Verified(answer: answer, environment: environment, expired: expired)
         case .outcome(let outcome): return outcome
         }
@@ -74,6 +81,14 @@ struct Fulfiller: Sendable {
             return try await self.decide(job, verified, catalog: try await self.catalog(job.publisherId, fresh: true), logger: logger)
         }
         return outcome
+    }
+
+    /// Whether a verification's final outcome came from the offer's apps rather than from Apple's answer alone.
+    private static func decidedByOfferApps(_ outcome: FulfilmentOutcome) -> Bool {
+        switch outcome {
+        case .rejected(.sandboxNotAllowed, _, _), .failed(.sharedSecretMismatch, _): true
+        default: false
+        }
     }
 
     /// The publisher's products and apps, from the cache unless `fresh`.
@@ -230,12 +245,24 @@ struct Fulfiller: Sendable {
         case outcome(FulfilmentOutcome)
     }
 
+    /// Verifies against the offer's products and apps in `catalog`; `offer_mismatch` when it has none.
+    private func verify(_ job: ReceiptJob, catalog: (products: [Product], apps: [App])) async -> Verification {
+        let offerProducts = catalog.products.filter { $0.offerId == job.offerId }
+        guard !offerProducts.isEmpty, !catalog.apps.isEmpty else { return .outcome(.rejected(.offerMismatch, environment: nil)) }
+        return await self.verify(job, offerProducts: offerProducts, offerApps: Self.offerApps(of: job, in: catalog))
+    }
+
+    /// The apps that sell the job's offer in `catalog`: what ``verify(_:offerProducts:offerApps:)`` asks Apple with.
+    private static func offerApps(of job: ReceiptJob, in catalog: (products: [Product], apps: [App])) -> [App] {
+        let appIds = Set(catalog.products.filter { $0.offerId == job.offerId }.map(\.appId))
+        return catalog.apps.filter { appIds.contains($0.id) }
+    }
+
     /// Production first; the sandbox on 21007 (when one of the offer's apps allows it); production again on 21008.
     ///
     /// The offer's apps may each have their own shared secret, and which app the receipt is from is known
     /// only from Apple's answer: on 21004 (the secret does not match) the next distinct secret is tried.
-    private func verify(_ job: ReceiptJob, offerProducts: [Product], apps: [App]) async -> Verification {
-        let offerApps = apps.filter { app in offerProducts.contains { $0.appId == app.id } }
+    private func verify(_ job: ReceiptJob, offerProducts: [Product], offerApps: [App]) async -> Verification {
         var secrets: [String] = []
         for secret in offerApps.compactMap(\.sharedSecret) where !secrets.contains(secret) { secrets.append(secret) }
         var secret = 0

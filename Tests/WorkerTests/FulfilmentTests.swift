@@ -87,6 +87,36 @@ struct FulfilmentTests {
         }
     }
 
+    @Test("an app added to an offer after the worker cached the catalog: its sandbox receipt and its own shared secret are tried, not refused on the cached apps")
+    func offerAppAddedSinceCached() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle, sharedSecret: "phone-secret", allowSandbox: false)
+            try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let warm = try await harness.purchase(Self.bundle, productId: "premium", offerId: "PREMIUM", extra: ["sharedSecret": "phone-secret"])
+            #expect(warm.status == .granted, "\(warm.reason ?? "")")
+
+            // Within the cache's lifetime, a second app selling the offer: sandbox allowed, a secret of its own.
+            try await harness.app("com.example.tvos", sharedSecret: "tv-secret", allowSandbox: true)
+            try await harness.product("com.example.tvos", productId: "tv.premium", offerId: "PREMIUM", kind: .nonConsumable)
+
+            let tested = ScenarioReceipt.transactionId()
+            let sandboxReceipt = ScenarioReceipt.make(
+                bundleId: "com.example.tvos", purchases: [.init(productId: "tv.premium", transactionId: tested)], environment: "Sandbox"
+            )
+            let sandbox = try await harness.workUntilFinal(
+                try await harness.submit(email: "tester@example.com", offerId: "PREMIUM", transactionId: tested, receipt: sandboxReceipt)
+            )
+            #expect(sandbox.status == .granted, "\(sandbox.reason ?? "")")
+            #expect(sandbox.environment == "Sandbox")
+
+            let bought = try await harness.purchase(
+                "com.example.tvos", productId: "tv.premium", offerId: "PREMIUM", email: "tv@example.com", extra: ["sharedSecret": "tv-secret"]
+            )
+            #expect(bought.status == .granted, "\(bought.reason ?? "")")
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
+        }
+    }
+
     @Test("an offer sold in two apps, one app's product disabled: a job accepted since is rejected offer_mismatch, one accepted before is granted")
     func productDisabledInOneApp() async throws {
         try await WorkerHarness.with { harness in
