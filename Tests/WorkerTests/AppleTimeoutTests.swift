@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import Hummingbird
 import NIOCore
 import Shared
@@ -43,25 +42,6 @@ struct AppleTimeoutTests {
     private static func verdict(
         timeoutMilliseconds: Int, rest: @escaping @Sendable (inout any ResponseBodyWriter) async throws -> Void
     ) async throws -> AppleVerdict {
-        let router = Router()
-        router.post("verifyReceipt") { _, _ in
-            Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody { writer in
-                try await writer.write(ByteBuffer(string: "{\"status\":"))
-                try await rest(&writer)
-                try await writer.write(ByteBuffer(string: "0}"))
-                try await writer.finish(nil)
-            })
-        }
-        let server = try await LoopbackServer.start(router, label: "test.slow-apple")
-        let configuration = try Configuration(environment: ["TOLLGATE_APPLE_TIMEOUT_MS": String(timeoutMilliseconds)])
-        let http = VerifyReceiptClient.makeHTTPClient(configuration: configuration)
-        let client = VerifyReceiptClient(
-            http: http, productionURL: "\(server.base)/verifyReceipt", sandboxURL: "\(server.base)/sandbox/verifyReceipt",
-            timeoutMilliseconds: configuration.appleTimeoutMilliseconds
-        )
-        let verdict = await client.verify(receiptData: "QQ==", password: nil, excludeOldTransactions: false, environment: .production)
-        try await http.shutdown()
-        await server.stop()
-        return verdict
+        try await AppleStub.with(timeoutMilliseconds: timeoutMilliseconds, rest: rest) { await AppleStub.verify($0) }
     }
 }

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import Synchronization
 
 /// Calls Apple's verifyReceipt (or the emulator) and classifies each answer.
 ///
@@ -18,13 +19,18 @@ public struct VerifyReceiptClient: Sendable {
     private let timeout: TimeAmount
     /// The largest answer read; receipts with hundreds of entries are far below it.
     private let maxAnswerBytes = 16 << 20
+    /// What every call of this client (and its copies) may hold of answers being read at once: with
+    /// hundreds of calls in flight, ``maxAnswerBytes`` each would be gigabytes.
+    private let answers: AnswerBudget
 
-    /// Creates a client over a shared `HTTPClient`.
-    public init(http: HTTPClient, productionURL: String, sandboxURL: String, timeoutMilliseconds: Int) {
+    /// Creates a client over a shared `HTTPClient`; `answerBudgetBytes` bounds the answers its calls read
+    /// at once (a call whose answer does not fit is a transport failure, retried later).
+    public init(http: HTTPClient, productionURL: String, sandboxURL: String, timeoutMilliseconds: Int, answerBudgetBytes: Int = 128 << 20) {
         self.http = http
         self.productionURL = productionURL
         self.sandboxURL = sandboxURL
         self.timeout = .milliseconds(Int64(timeoutMilliseconds))
+        self.answers = AnswerBudget(bytes: answerBudgetBytes)
     }
 
     /// The HTTP client the worker calls Apple with: a connection pool sized for
@@ -73,15 +79,22 @@ public struct VerifyReceiptClient: Sendable {
         )))
         let response: HTTPClientResponse
         let bytes: ByteBuffer
+        // The answer's bytes count against the budget until it is classified.
+        let reservation = AnswerBudget.Reservation(self.answers)
+        defer { reservation.release() }
         do {
             // One deadline for the whole call: async-http-client's ends when the head arrives.
             let deadline = NIODeadline.now() + self.timeout
             response = try await self.http.execute(request, deadline: deadline)
-            bytes = try await Self.collect(response.body, upTo: self.maxAnswerBytes, before: deadline)
+            bytes = try await Self.collect(response.body, upTo: self.maxAnswerBytes, reserving: reservation, before: deadline)
         } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
             return .transportFailure("\(environment.rawValue): timeout")
-        } catch is NIOTooManyBytesError {
+        } catch is AnswerBudget.TooLarge {
             return .transportFailure("\(environment.rawValue): answer larger than \(self.maxAnswerBytes) bytes")
+        } catch is AnswerBudget.Exhausted {
+            return .transportFailure(
+                "\(environment.rawValue): answers being read at once would pass \(self.answers.bytes) bytes; tried again later"
+            )
         } catch {
             return .transportFailure("\(environment.rawValue): \(Self.describe(error))")
         }
@@ -94,11 +107,21 @@ public struct VerifyReceiptClient: Sendable {
         return verdict
     }
 
-    /// The body, or `deadlineExceeded` once `deadline` passes (the read is cancelled, which closes the
-    /// connection).
-    private static func collect(_ body: HTTPClientResponse.Body, upTo limit: Int, before deadline: NIODeadline) async throws -> ByteBuffer {
+    /// The body, each part taken from `reservation` as it arrives, or `deadlineExceeded` once `deadline`
+    /// passes (the read is cancelled, which closes the connection).
+    private static func collect(
+        _ body: HTTPClientResponse.Body, upTo limit: Int, reserving reservation: AnswerBudget.Reservation, before deadline: NIODeadline
+    ) async throws -> ByteBuffer {
         try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
-            group.addTask { try await body.collect(upTo: limit) }
+            group.addTask {
+                var collected = ByteBuffer()
+                for try await part in body {
+                    guard collected.readableBytes + part.readableBytes <= limit else { throw AnswerBudget.TooLarge() }
+                    try reservation.take(part.readableBytes)
+                    collected.writeImmutableBuffer(part)
+                }
+                return collected
+            }
             group.addTask {
                 try await Task.sleep(for: .nanoseconds(max(0, (deadline - NIODeadline.now()).nanoseconds)))
                 return nil
@@ -116,3 +139,57 @@ public struct VerifyReceiptClient: Sendable {
     }
 }
 
+
+/// Bytes of verifyReceipt answers that a client's calls hold at once, taken part by part as they arrive
+/// and given back when each call is done.
+final class AnswerBudget: Sendable {
+    /// The answer is larger than one call may read.
+    struct TooLarge: Error {}
+    /// The answers being read would pass the budget.
+    struct Exhausted: Error {}
+
+    /// One call's share.
+    final class Reservation: Sendable {
+        private let budget: AnswerBudget
+        private let taken = Mutex(0)
+
+        init(_ budget: AnswerBudget) { self.budget = budget }
+
+        /// Takes `count` more bytes, or throws ``Exhausted`` (taking nothing).
+        func take(_ count: Int) throws {
+            try self.taken.withLock { taken in
+                guard self.budget.take(count) else { throw Exhausted() }
+                taken += count
+            }
+        }
+
+        /// Gives back everything taken.
+        func release() {
+            let count = self.taken.withLock { taken in
+                defer { taken = 0 }
+                return taken
+            }
+            self.budget.give(count)
+        }
+    }
+
+    let bytes: Int
+    private let used = Mutex(0)
+
+    init(bytes: Int) { self.bytes = bytes }
+
+    private func take(_ count: Int) -> Bool {
+        self.used.withLock { used in
+            guard used + count <= self.bytes else { return false }
+            used += count
+            return true
+        }
+    }
+
+    private func give(_ count: Int) {
+        self.used.withLock { $0 -= count }
+    }
+
+    /// Bytes taken now.
+    var inUse: Int { self.used.withLock { $0 } }
+}
