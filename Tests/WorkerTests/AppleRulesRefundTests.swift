@@ -99,6 +99,62 @@ struct AppleRulesRefundTests {
         }
     }
 
+    @Test("a refunded non-consumable is not granted again through a restore: a restore's receipt taken before the refund is refunded")
+    func refundedPurchaseRestoredAfter() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            let (productId, offerId) = try await Self.appWithProduct(.nonConsumable, to: harness)
+            let now = Millis.now
+            let (original, restore) = (ScenarioReceipt.transactionId(), ScenarioReceipt.transactionId())
+            // Bought on a phone and granted; then refunded, as the phone's next receipt says.
+            let bought = ScenarioReceipt.make(bundleId: Self.bundle, entries: [ScenarioEntry(productId, original, original: original, purchase: now - 3 * Millis.day)])
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: original, receipt: bought)).status == .granted)
+            let refunded = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                ScenarioEntry(productId, original, original: original, purchase: now - 3 * Millis.day, cancelled: now - Millis.day),
+            ])
+            let refund = try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: nil, receipt: refunded))
+            #expect(refund.reason == "refunded")
+            #expect(try await harness.access(offerId).granted == false)
+
+            // A tablet's receipt from before the refund lists the purchase restored there, under a transaction id of its own.
+            let tablet = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                ScenarioEntry(productId, restore, original: original, purchase: now - 2 * Millis.day),
+            ])
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: restore, receipt: tablet))
+            #expect(record.status == .rejected)
+            #expect(record.reason == "refunded")
+            #expect(try await harness.access(offerId).granted == false, "the refunded purchase's access stays revoked")
+        }
+    }
+
+    @Test("a refund of a non-consumable seen in the next purchase's receipt revokes the access its restore granted, though the ledger never saw the purchase itself")
+    func refundedPurchaseRestoredBefore() async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            let (productId, offerId) = try await Self.appWithProduct(.nonConsumable, to: harness)
+            try await harness.product(Self.bundle, productId: "extra", offerId: "EXTRA", kind: .nonConsumable)
+            let now = Millis.now
+            let (original, restore) = (ScenarioReceipt.transactionId(), ScenarioReceipt.transactionId())
+            // Only the tablet's receipt reaches Tollgate: the purchase restored there grants.
+            let tablet = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                ScenarioEntry(productId, restore, original: original, purchase: now - 2 * Millis.day),
+            ])
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: offerId, transactionId: restore, receipt: tablet)).status == .granted)
+            #expect(try await harness.access(offerId).granted)
+
+            // Then the customer's next purchase, on the phone: its receipt lists the purchase itself, refunded.
+            let cancelledAt = now - Millis.day
+            let next = ScenarioReceipt.transactionId()
+            let phone = ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                ScenarioEntry(productId, original, original: original, purchase: now - 3 * Millis.day, cancelled: cancelledAt),
+                ScenarioEntry("extra", next, purchase: now),
+            ])
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "EXTRA", transactionId: next, receipt: phone)).status == .granted)
+            #expect(try await harness.access(offerId).granted == false, "the restore's access is revoked with the purchase")
+            let row = try #require(try await harness.ledgerRow(restore))
+            #expect(row.state == "invalidated")
+            #expect(Millis.of(row.cancellationDate) == cancelledAt)
+        }
+    }
+
     /// A non-consumable granted, then the customer's next purchase (EXTRA): a job (not enqueued) whose
     /// receipt lists the first purchase refunded. Returns the first purchase's offer, the next purchase's
     /// transaction id, and the job.

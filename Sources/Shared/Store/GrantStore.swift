@@ -288,20 +288,29 @@ public struct GrantStore: Sendable {
         let open: Bool
     }
 
+    /// The ledger rows the answer's refunds cancel: each refunded transaction's, and for a non-consumable
+    /// every restore of the purchase (the same original transaction in the same app).
     private static func refunds(_ cancelled: [AppleTransaction], evidence: Evidence, session: PostgresSession) async throws -> [Refund] {
         guard !cancelled.isEmpty else { return [] }
         let cancelledAt = Dictionary(cancelled.map { ($0.transactionId, $0.cancellationDateMilliseconds ?? 0) }) { first, _ in first }
+        let purchases = cancelled.filter { evidence.products[$0.productId]?.kind == .nonConsumable }
+        let purchaseCancelledAt = Dictionary(purchases.map { ($0.originalTransactionId, $0.cancellationDateMilliseconds ?? 0) }, uniquingKeysWith: min)
         return try await session.query(
             """
-            SELECT id, transaction_id, customer_email, offer_id, cancellation_date IS NULL AS open FROM transactions
-            WHERE app_id = $1 AND transaction_id = ANY($2) ORDER BY id
+            SELECT t.id, t.transaction_id, t.original_transaction_id, t.customer_email, t.offer_id, t.cancellation_date IS NULL AS open
+            FROM transactions t JOIN products p ON p.id = t.product_ref
+            WHERE t.app_id = $1 AND (t.transaction_id = ANY($2) OR (p.kind = 'non_consumable' AND t.original_transaction_id = ANY($3)))
+            ORDER BY t.id
             """,
-            [evidence.appId, PostgresTextArray(cancelled.map(\.transactionId))]
+            [evidence.appId, PostgresTextArray(cancelled.map(\.transactionId)), PostgresTextArray(Array(purchaseCancelledAt.keys))]
         ).rows.map { row in
-            Refund(
+            let transactionId = try row.decode(String.self, "transaction_id")
+            let originalId = try row.decode(String.self, "original_transaction_id")
+            let at = cancelledAt[transactionId] ?? purchaseCancelledAt[originalId] ?? 0
+            return Refund(
                 ledgerId: try row.decode(Int64.self, "id"),
                 holder: CustomerOffer(customerEmail: try row.decode(String.self, "customer_email"), offerId: try row.decode(String.self, "offer_id")),
-                cancelledAt: Self.date(cancelledAt[try row.decode(String.self, "transaction_id")] ?? 0), open: try row.decode(Bool.self, "open")
+                cancelledAt: Self.date(at), open: try row.decode(Bool.self, "open")
             )
         }
     }
@@ -482,6 +491,9 @@ public struct GrantStore: Sendable {
         // check of a lapsed subscription, whose claim was given back) becomes the owner's, as a fresh
         // check: else its grant, and a later refund of it, would count for the customer it never granted.
         let handedOver = "transactions.state <> 'fulfilled' AND transactions.customer_email <> EXCLUDED.customer_email"
+        // A non-consumable is one purchase however often it is restored (each restore a transaction id of its
+        // own, under the purchase's original): a refund of any of them cancels this one too, so a receipt
+        // taken before the refund cannot grant it again through a restore.
         let owner = ["customer_email", "offer_id", "product_ref", "job_id", "environment", "receipt_digest", "received_at"].map {
             "\($0) = CASE WHEN \(handedOver) THEN EXCLUDED.\($0) ELSE transactions.\($0) END,"
         }.joined(separator: "\n")
@@ -494,7 +506,12 @@ public struct GrantStore: Sendable {
                     received_at, verified_at
                 )
                 SELECT $1::uuid, $2::uuid, $3::uuid, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text,
-                    $11::text, 'verified', $12::timestamptz, $13::timestamptz, $14::timestamptz, $15::timestamptz, $16::timestamptz
+                    $11::text, 'verified', $12::timestamptz, $13::timestamptz,
+                    COALESCE($14::timestamptz, CASE WHEN $18::boolean THEN (
+                        SELECT min(restored.cancellation_date) FROM transactions restored
+                        WHERE restored.app_id = $2 AND restored.original_transaction_id = $5
+                    ) END),
+                    $15::timestamptz, $16::timestamptz
                 WHERE EXISTS (SELECT 1 FROM claims WHERE publisher_id = $1 AND claim_key = $17 AND customer_email = $7)
                 ON CONFLICT (app_id, transaction_id) DO UPDATE SET
                     \(owner)
@@ -517,6 +534,7 @@ public struct GrantStore: Sendable {
                 ReceiptDigest.hex(of: job.receiptData), date(transaction.purchaseDateMilliseconds),
                 date(transaction.expiresDateMilliseconds), date(transaction.cancellationDateMilliseconds),
                 Date(timeIntervalSince1970: Double(job.acceptedAtMilliseconds) / 1000), request.verifiedAt, claimKey,
+                request.product.kind == .nonConsumable,
             ]
         )
     }
