@@ -572,6 +572,29 @@ struct GrantStoreTests {
         }
     }
 
+    /// Applies each of `evidence` in its own task while the test holds the lock of `customer`'s
+    /// subscription offer, starting each once the ones before wait for a lock, so they take it in that
+    /// order once the test lets it go (PostgreSQL grants a lock's waiters first come, first served).
+    static func queued(_ world: World, behindLockOf customer: String, _ evidence: [Evidence]) async throws -> [Task<AppliedEvidence, any Error>] {
+        let lock = GrantStore.lockStatement(publisherId: world.publisher.id, customerEmail: customer, offerId: world.subscription.offerId)
+        return try await world.database.withTransaction { session in
+            try await session.query(lock.0, lock.1)
+            var tasks: [Task<AppliedEvidence, any Error>] = []
+            for next in evidence {
+                tasks.append(Task { try await world.grants.applyEvidence(next) })
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(tasks.count) waiting for a lock") {
+                    try await session.query(
+                        """
+                        SELECT count(*) AS waiting FROM pg_locks
+                        WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                        """
+                    ).first?.decode(Int.self, "waiting") == tasks.count ? true : nil
+                }
+            }
+            return tasks
+        }
+    }
+
     /// Two answers applied at once, each refunding a period of one customer's subscription and renewing
     /// the other's. The test holds b's lock until the first waits for it and the second waits too: taking
     /// the refund's lock, then the renewal's, as each answer lists them, the second would hold a's lock
@@ -591,25 +614,8 @@ struct GrantStoreTests {
             }
             let one = crossed(refunding: firstB, renewing: a[1])
             let other = crossed(refunding: firstA, renewing: b[1])
-            let lockB = GrantStore.lockStatement(publisherId: world.publisher.id, customerEmail: "b@example.com", offerId: world.subscription.offerId)
-            let (first, second) = try await world.database.withTransaction { session in
-                try await session.query(lockB.0, lockB.1)
-                func waiting(_ count: Int) async throws {
-                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(count) waiting for a lock") {
-                        try await session.query(
-                            """
-                            SELECT count(*) AS waiting FROM pg_locks
-                            WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-                            """
-                        ).first?.decode(Int.self, "waiting") == count ? true : nil
-                    }
-                }
-                let first = Task { try await world.grants.applyEvidence(one) }
-                try await waiting(1)
-                let second = Task { try await world.grants.applyEvidence(other) }
-                try await waiting(2)
-                return (first, second)
-            }
+            let tasks = try await Self.queued(world, behindLockOf: "b@example.com", [one, other])
+            let (first, second) = (tasks[0], tasks[1])
             let results = [await first.result, await second.result]
             for result in results {
                 if case .failure(let error) = result { Issue.record("an answer was not applied: \(error)") }
@@ -619,6 +625,28 @@ struct GrantStoreTests {
             // answer's renewal could extend it; a's refund, second, finds a's renewal already recorded and keeps it.
             #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(Self.ms(now.addingTimeInterval(40 * Self.day)))))
             #expect(try await world.access("b@example.com", world.subscription).granted == false)
+        }
+    }
+
+    /// A stale answer (the second period still paid) read the ledger while a refund of that period waited
+    /// for the customer's lock ahead of it. The test holds the lock until both wait, the refund first; the
+    /// refund then commits before the stale answer gets the lock, and what the stale answer read before
+    /// waiting must not count.
+    @Test("a stale answer that waited for the lock behind a refund of its period does not extend the access again")
+    func staleRenewalBehindRefund() async throws {
+        try await Self.withWorld(connections: 4) { world in
+            let now = Date()
+            let periods = Self.subscription(now, endingInDays: 10, 40)
+            let (first, second) = (periods[0], periods[1])
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first, second])).isGranted)
+            var refunded = second
+            refunded.cancellationDateMilliseconds = Self.ms(now)
+            let (refundEvidence, staleEvidence) = (Self.evidence(world, "a@example.com", [first, refunded]), Self.evidence(world, "b@example.com", [first, second]))
+            let tasks = try await Self.queued(world, behindLockOf: "a@example.com", [refundEvidence, staleEvidence])
+            let (refund, stale) = (tasks[0], tasks[1])
+            #expect(try await refund.value.revoked == 1)
+            #expect(try await stale.value.extended == 0)
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(first.expiresDateMilliseconds)))
         }
     }
 

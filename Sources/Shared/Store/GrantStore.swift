@@ -248,16 +248,18 @@ public struct GrantStore: Sendable {
         guard !cancelled.isEmpty || !periods.isEmpty else { return AppliedEvidence(revoked: 0, extended: 0, bearsOn: []) }
         return try await self.database.withTransaction { session in
             let refunds = try await Self.refunds(cancelled, evidence: evidence, session: session)
-            let renewals = try await Self.renewals(periods, evidence: evidence, session: session)
+            let owners = try await Self.owners(periods, evidence: evidence, session: session)
             let open = refunds.filter(\.open)
-            // Every lock this evidence needs, taken first and in one order: two workers applying crossed
-            // evidence (each revoking what the other extends) never wait on each other in a cycle.
-            let locks = Set(open.map(\.holder) + renewals.map(\.holder)).sorted()
+            // Every lock this evidence may need, taken before anything it decides on is read and in one
+            // order: two workers applying crossed evidence (each revoking what the other extends) never wait
+            // on each other in a cycle, and a refund committed while this one waited is seen below.
+            let locks = Set(open.map(\.holder) + owners.flatMap(\.holders)).sorted()
             if !locks.isEmpty {
                 try await session.pipeline(locks.map {
                     Self.lockStatement(publisherId: evidence.publisherId, customerEmail: $0.customerEmail, offerId: $0.offerId)
                 })
             }
+            let renewals = try await Self.renewals(periods, owners: owners, evidence: evidence, session: session)
             // Renewals first: a refunded period keeps the access when a period still paid for ends later,
             // and the periods this same answer brings must be in the ledger when the refund looks for them.
             // Revoked first, they would find the access gone and neither extend it nor count as granted.
@@ -324,35 +326,53 @@ public struct GrantStore: Sendable {
         let end: Date
     }
 
-    private static func renewals(_ periods: [String: [AppleTransaction]], evidence: Evidence, session: PostgresSession) async throws -> [Renewal] {
+    /// The customer who owns a subscription the answer lists periods of (its claim), and every offer those
+    /// periods would extend (an upgrade or a downgrade keeps the original transaction: each product's
+    /// periods extend its own offer).
+    private struct Owner {
+        let original: String
+        let customerEmail: String
+        let offerIds: [String]
+
+        var holders: [CustomerOffer] { self.offerIds.map { CustomerOffer(customerEmail: self.customerEmail, offerId: $0) } }
+    }
+
+    private static func owners(_ periods: [String: [AppleTransaction]], evidence: Evidence, session: PostgresSession) async throws -> [Owner] {
         guard !periods.isEmpty else { return [] }
+        return try await session.query(
+            "SELECT claim_key, customer_email FROM claims WHERE publisher_id = $1 AND claim_key = ANY($2) ORDER BY customer_email, claim_key",
+            [evidence.publisherId, PostgresTextArray(periods.keys.map { "original:\($0)" })]
+        ).rows.compactMap { row in
+            let original = String(try row.decode(String.self, "claim_key").dropFirst("original:".count))
+            guard let entries = periods[original] else { return nil }
+            return Owner(
+                original: original, customerEmail: try row.decode(String.self, "customer_email"),
+                offerIds: Set(entries.compactMap { evidence.products[$0.productId]?.offerId }).sorted()
+            )
+        }
+    }
+
+    /// What the owners' periods extend, read under the owners' locks.
+    private static func renewals(
+        _ periods: [String: [AppleTransaction]], owners: [Owner], evidence: Evidence, session: PostgresSession
+    ) async throws -> [Renewal] {
+        guard !owners.isEmpty else { return [] }
         // A refund the ledger holds stands, as in a grant: a stale answer that still lists the period as paid
         // extends nothing with it.
         let refunded = Set(try await session.query(
             "SELECT transaction_id FROM transactions WHERE app_id = $1 AND transaction_id = ANY($2) AND cancellation_date IS NOT NULL",
             [evidence.appId, PostgresTextArray(periods.values.flatMap { $0.map(\.transactionId) })]
         ).rows.map { try $0.decode(String.self, "transaction_id") })
-        let periods = periods.mapValues { $0.filter { !refunded.contains($0.transactionId) } }.filter { !$0.value.isEmpty }
-        guard !periods.isEmpty else { return [] }
-        let owners = try await session.query(
-            "SELECT claim_key, customer_email FROM claims WHERE publisher_id = $1 AND claim_key = ANY($2) ORDER BY customer_email, claim_key",
-            [evidence.publisherId, PostgresTextArray(periods.keys.map { "original:\($0)" })]
-        ).rows
-        return try owners.flatMap { owner -> [Renewal] in
-            let original = String(try owner.decode(String.self, "claim_key").dropFirst("original:".count))
-            let customer = try owner.decode(String.self, "customer_email")
-            guard let entries = periods[original] else { return [] }
-            // An upgrade or a downgrade keeps the original transaction: each product's periods extend its own offer.
-            let offers = Set(entries.compactMap { evidence.products[$0.productId]?.offerId }).sorted()
-            return offers.compactMap { offerId in
-                let subscription = evidence.subscription(original, offerId: offerId)
-                let ids = Set(entries.map(\.transactionId))
+        return owners.flatMap { owner -> [Renewal] in
+            let ids = Set(periods[owner.original, default: []].map(\.transactionId).filter { !refunded.contains($0) })
+            return owner.offerIds.compactMap { offerId in
+                let subscription = evidence.subscription(owner.original, offerId: offerId)
                 let counted = subscription.periods.filter { ids.contains($0.transactionId) }
                 guard let product = counted.lazy.compactMap({ evidence.products[$0.productId] }).first,
                     let latest = counted.compactMap(\.expiresDateMilliseconds).max()
                 else { return nil }
                 return Renewal(
-                    holder: CustomerOffer(customerEmail: customer, offerId: offerId), product: product, entries: counted,
+                    holder: CustomerOffer(customerEmail: owner.customerEmail, offerId: offerId), product: product, entries: counted,
                     end: Self.date(max(latest, subscription.graceEnd ?? latest))
                 )
             }
