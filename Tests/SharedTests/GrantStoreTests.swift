@@ -527,10 +527,11 @@ struct GrantStoreTests {
         }
     }
 
-    static func period(_ original: String, _ id: String, ends: Date, cancelled: Date? = nil) -> AppleTransaction {
+    /// A period of a subscription, bought 30 days before it ends unless `bought` says when.
+    static func period(_ original: String, _ id: String, ends: Date, bought: Date? = nil, cancelled: Date? = nil) -> AppleTransaction {
         AppleTransaction(
             productId: "sub.monthly", transactionId: id, originalTransactionId: original,
-            purchaseDateMilliseconds: Self.ms(ends.addingTimeInterval(-30 * Self.day)), expiresDateMilliseconds: Self.ms(ends),
+            purchaseDateMilliseconds: Self.ms(bought ?? ends.addingTimeInterval(-30 * Self.day)), expiresDateMilliseconds: Self.ms(ends),
             cancellationDateMilliseconds: cancelled.map(Self.ms)
         )
     }
@@ -791,7 +792,9 @@ struct GrantStoreTests {
         try await Self.withWorld { world in
             let now = Date()
             let (tv, pass) = try await Self.secondApp(world, selling: .nonRenewing)
-            let period = Self.subscription(now, endingInDays: 60)[0]
+            // A yearly subscription bought 305 days ago: a pass bought now stacks after it.
+            let id = Fixtures.transactionId()
+            let period = Self.period(id, id, ends: now.addingTimeInterval(60 * Self.day), bought: now.addingTimeInterval(-305 * Self.day))
             _ = try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period]))
             let bought = AppleTransaction(productId: "sub.pass30", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
             let end = Self.date(period.expiresDateMilliseconds).addingTimeInterval(30 * Self.day)
@@ -841,6 +844,32 @@ struct GrantStoreTests {
         }
     }
 
+    /// The same purchases as above, but the pass's job runs late: after the renewal was recorded. It stacks
+    /// where its purchase puts it, as the job on time did and as a refund recomputes it, not after the renewal.
+    @Test("a pass bought during a subscription and granted after a later renewal stacks after the subscription as it stood at the purchase")
+    func passGrantedLateAfterRenewal() async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let now = Date()
+            let (tv, product) = try await Self.secondApp(world, selling: .nonRenewing)
+            let period = Self.period(Fixtures.transactionId(), Fixtures.transactionId(), ends: now.addingTimeInterval(10 * Self.day))
+            _ = try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period]))
+            let renewal = AppleTransaction(
+                productId: "sub.monthly", transactionId: Fixtures.transactionId(), originalTransactionId: period.originalTransactionId,
+                purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)), expiresDateMilliseconds: Self.ms(now.addingTimeInterval(50 * Self.day))
+            )
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [period, renewal]))
+            let renewed = Self.date(renewal.expiresDateMilliseconds)
+            // Bought two days ago (the subscription then ran for ten more days): its days lie within the renewal.
+            let pass = AppleTransaction(
+                productId: product.productId, transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-2 * Self.day))
+            )
+            var request = world.request("a@example.com", product, pass, verifiedAt: now)
+            request.app = tv
+            #expect(try await world.grants.grant(request) == .granted(expiresAt: renewed))
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, renewed))
+        }
+    }
+
     @Test("a subscription submitted again, while the offer is the customer's for life (bought in another app), reports access with no end, as the access status does")
     func repeatUnderLifetimeAccess() async throws {
         try await Self.withWorld { world in
@@ -875,7 +904,8 @@ struct GrantStoreTests {
         try await Self.withWorld { world in
             let now = Date()
             let (tv, product) = try await Self.secondApp(world, selling: kind)
-            var subscription = Self.subscription(now, endingInDays: 60)[0]
+            let original = Fixtures.transactionId()
+            var subscription = Self.period(original, original, ends: now.addingTimeInterval(60 * Self.day), bought: now.addingTimeInterval(-305 * Self.day))
             _ = try await world.grants.grant(world.request("a@example.com", world.subscription, subscription, renewals: [subscription]))
             // Bought in the other app while the subscription runs: a subscription of its own ending in 30 days,
             // a 30-day pass (stacked after the subscription), or the offer for life.

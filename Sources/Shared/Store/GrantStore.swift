@@ -148,20 +148,19 @@ public struct GrantStore: Sendable {
                 return .expired(expiresAt: Self.subscriptionEnd(request).map { Date(timeIntervalSince1970: Double($0) / 1000) })
             }
             if request.product.kind == .nonRenewing, end.date != nil {
-                // The stack in the order the passes were bought, as a refund recomputes it: a pass granted
-                // late (after a retry, or submitted after the access before it ended) takes its place.
-                // Unless the access running now ends after the other passes' stack: then it comes from
-                // more than passes (a subscription to the same offer), and the pass stacks after it.
+                // Stacked as a refund recomputes it, whenever the job runs: a pass granted late (after a
+                // retry, or submitted after the access before it ended) takes the place its purchase gives it,
+                // after the passes bought before it and a subscription to the offer as it stood at the
+                // purchase. The access running now is never shortened.
                 let passes = try await Self.passes(
                     publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, without: nil, with: ledger.id,
                     session: session
                 )
-                let others = Self.stack(passes.filter { $0.id != ledger.id })?.end ?? .distantPast
-                if let current = ledger.entitlement, current.active, let running = current.expiresAt, running > others.addingTimeInterval(1) {
-                    // `end` as computed: after the access running.
-                } else {
-                    end = Expiry(date: Self.stack(passes)?.end ?? end.date)
-                }
+                let periods = try await Self.subscriptionPeriods(
+                    publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, session: session
+                )
+                let running = ledger.entitlement.flatMap { $0.active ? $0.expiresAt : nil } ?? .distantPast
+                end = Expiry(date: max(Self.stack(passes, after: periods)?.end ?? running, running))
             }
             write = (
                 """
@@ -651,13 +650,36 @@ public struct GrantStore: Sendable {
         }
     }
 
-    /// Passes stacked in order, each from its purchase or the end of the one before, whichever is later, or
-    /// from `after(purchase)` when that is later still (the end of other access running at the purchase):
-    /// the end and the last pass, or `nil` for none.
-    private static func stack(_ passes: [Pass], after: (Date) -> Date? = { _ in nil }) -> (end: Date, last: Int64)? {
+    /// A paid period of a subscription: when it was bought (unknown for some old rows) and when it ends.
+    private struct Period {
+        let bought: Date?
+        let ends: Date
+    }
+
+    /// The customer's granted periods of subscriptions to an offer that are not refunded.
+    private static func subscriptionPeriods(
+        publisherId: UUID, customerEmail: String, offerId: String, session: PostgresSession
+    ) async throws -> [Period] {
+        try await session.query(
+            """
+            SELECT t.purchase_date, t.expires_date FROM transactions t JOIN products p ON p.id = t.product_ref
+            WHERE t.publisher_id = $1 AND t.customer_email = $2 AND t.offer_id = $3 AND p.kind = 'auto_renewable'
+              AND t.state = 'fulfilled' AND t.cancellation_date IS NULL AND t.expires_date IS NOT NULL
+            """,
+            [publisherId, customerEmail, offerId]
+        ).rows.map { Period(bought: try $0.decode(Date?.self, "purchase_date"), ends: try $0.decode(Date.self, "expires_date")) }
+    }
+
+    /// Passes stacked in the order they were bought, each from its purchase, the end of the one before, or
+    /// the end of the subscription `periods` bought by its purchase, whichever is latest: a pass bought while
+    /// a subscription ran follows the subscription as it stood then, once (renewals bought later do not move
+    /// it again). The end and the last pass, or `nil` for none. Grants and refunds both stack with this, so
+    /// a pass's days do not depend on when its job ran.
+    private static func stack(_ passes: [Pass], after periods: [Period] = []) -> (end: Date, last: Int64)? {
         var stack: (end: Date, last: Int64)?
         for pass in passes {
-            let start = max(pass.purchased, stack?.end ?? pass.purchased, after(pass.purchased) ?? pass.purchased)
+            let subscribed = periods.filter { ($0.bought ?? $0.ends) <= pass.purchased }.map(\.ends).max()
+            let start = max(pass.purchased, stack?.end ?? pass.purchased, subscribed ?? pass.purchased)
             stack = (start.addingTimeInterval(Double(pass.days) * 86_400), pass.id)
         }
         return stack
@@ -701,16 +723,12 @@ public struct GrantStore: Sendable {
         if let lifetime = held.first(where: { $0.kind == ProductKind.nonConsumable.rawValue }) {
             left = (nil, lifetime.id)
         } else {
-            let periods = held.compactMap { row in row.ends.map { (bought: row.bought, ends: $0, by: row.id) } }
-            let subscribed = periods.max { $0.ends < $1.ends }
+            let periods = held.compactMap { row in row.ends.map { (period: Period(bought: row.bought, ends: $0), by: row.id) } }
+            let subscribed = periods.max { $0.period.ends < $1.period.ends }.map { (ends: $0.period.ends, by: $0.by) }
             let passes = try await Self.passes(
                 publisherId: publisherId, customerEmail: customerEmail, offerId: offerId, without: refunded, with: nil, session: session
             )
-            // A pass bought while a subscription ran was stacked after the subscription's access as it stood
-            // then (its periods bought by that time), once: renewals bought later do not move it again.
-            let stacked = Self.stack(passes) { bought in
-                periods.filter { ($0.bought ?? $0.ends) <= bought }.map(\.ends).max().flatMap { $0 > bought ? $0 : nil }
-            }
+            let stacked = Self.stack(passes, after: periods.map(\.period))
             if let subscribed, subscribed.ends >= stacked?.end ?? .distantPast {
                 left = (subscribed.ends, subscribed.by)
             } else if let stacked {
