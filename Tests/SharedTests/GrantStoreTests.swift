@@ -128,6 +128,32 @@ struct GrantStoreTests {
         }
     }
 
+    /// Apple's bundle ids, and the worker's matching of a receipt's `bundle_id`, are case-insensitive: one
+    /// more app for another case of the same id would let a receipt granted through the first be matched to
+    /// the second (an exact match wins) and granted again there, its coins credited twice.
+    @Test("a bundle id in another case names the same app: a product joins it, registering it again is a conflict, registering an early one renames it")
+    func bundleIdsIgnoreCase() async throws {
+        try await Self.withWorld { world in
+            let product = try await world.catalog.createProduct(ProductDraft(
+                publisherId: world.publisher.id, bundleId: "com.Example.TV", productId: "coins.500", offerId: nil, kind: .consumable,
+                title: "t", description: nil, coins: 500, durationDays: nil, enabled: true
+            ))
+            #expect(product.appId == world.app.id)
+            #expect(product.bundleId == "com.example.tv")
+            await #expect(throws: CatalogError.conflict("bundleId")) {
+                _ = try await world.catalog.createApp(publisherId: world.publisher.id, bundleId: "COM.EXAMPLE.TV", sharedSecret: nil, allowSandbox: false)
+            }
+            let early = try await world.catalog.createProduct(ProductDraft(
+                publisherId: world.publisher.id, bundleId: "com.example.radio", productId: "p", offerId: nil, kind: .nonConsumable,
+                title: "t", description: nil, coins: nil, durationDays: nil, enabled: true
+            ))
+            let registered = try await world.catalog.createApp(publisherId: world.publisher.id, bundleId: "com.Example.Radio", sharedSecret: "s", allowSandbox: false)
+            #expect(registered.id == early.appId)
+            #expect(try await world.catalog.product(id: early.id)?.bundleId == "com.Example.Radio")
+            #expect(try await world.catalog.apps(publisherId: world.publisher.id).map(\.bundleId) == ["com.example.tv", "com.Example.Radio"])
+        }
+    }
+
     @Test("a consumable granted twice for the same transaction credits the wallet once")
     func consumableOnce() async throws {
         try await Self.withWorld { world in

@@ -91,22 +91,45 @@ public struct CatalogStore: Sendable {
     // MARK: Apps
 
     /// Adds an app to a publisher.
+    ///
+    /// Bundle ids name one app whatever their case, as Apple's do and as the worker matches a receipt's
+    /// (``appLockStatement``, ``sameAppCondition``): another case of a registered app's id is a conflict.
     public func createApp(publisherId: UUID, bundleId: String, sharedSecret: String?, allowSandbox: Bool) async throws -> App {
         guard try await self.publisherExists(publisherId) else { throw CatalogError.unknownPublisher }
-        // An app a product created before it was registered takes these settings; a registered one is a conflict.
-        let row = try await self.database.query(
-            """
-            INSERT INTO apps (id, publisher_id, bundle_id, shared_secret, allow_sandbox) VALUES ($1, $2, $3, $4, $5)
-            ON CONFLICT (publisher_id, bundle_id) DO UPDATE
-                SET shared_secret = EXCLUDED.shared_secret, allow_sandbox = EXCLUDED.allow_sandbox, registered = true
-                WHERE NOT apps.registered
-            RETURNING id
-            """,
-            [UUID(), publisherId, bundleId, sharedSecret, allowSandbox]
-        ).first
-        guard let row else { throw CatalogError.conflict("bundleId") }
-        return App(id: try row.decode(UUID.self, "id"), publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret, allowSandbox: allowSandbox)
+        let id = try await self.database.withTransaction { session -> UUID in
+            let lock = Self.appLockStatement(publisherId: publisherId, bundleId: bundleId)
+            try await session.query(lock.0, lock.1)
+            let existing = try await session.query(
+                "SELECT id, registered FROM apps a WHERE \(Self.sameAppCondition) LIMIT 1", [publisherId, bundleId]
+            ).first
+            guard let existing else {
+                let id = UUID()
+                try await session.query(
+                    "INSERT INTO apps (id, publisher_id, bundle_id, shared_secret, allow_sandbox) VALUES ($1, $2, $3, $4, $5)",
+                    [id, publisherId, bundleId, sharedSecret, allowSandbox]
+                )
+                return id
+            }
+            // An app a product created before it was registered takes these settings, and the id as registered.
+            guard !(try existing.decode(Bool.self, "registered")) else { throw CatalogError.conflict("bundleId") }
+            let id = try existing.decode(UUID.self, "id")
+            try await session.query(
+                "UPDATE apps SET bundle_id = $2, shared_secret = $3, allow_sandbox = $4, registered = true WHERE id = $1",
+                [id, bundleId, sharedSecret, allowSandbox]
+            )
+            return id
+        }
+        return App(id: id, publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret, allowSandbox: allowSandbox)
     }
+
+    /// Serialises creating a publisher's app by bundle id, in any case, until the transaction ends.
+    private static func appLockStatement(publisherId: UUID, bundleId: String) -> (String, [any PostgresEncodable]) {
+        ("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", ["app|\(publisherId.lowercasedString)|\(bundleId.lowercased())"])
+    }
+
+    /// The publisher's (`$1`) app `a` with the bundle id `$2` in any case; the exact case first, should a
+    /// database from before this rule hold both.
+    private static let sameAppCondition = "a.publisher_id = $1 AND lower(a.bundle_id) = lower($2) ORDER BY a.bundle_id = $2 DESC, a.created_at"
 
     /// A publisher's apps.
     public func apps(publisherId: UUID) async throws -> [App] {
@@ -130,21 +153,26 @@ public struct CatalogStore: Sendable {
         guard try await self.publisherExists(draft.publisherId) else { throw CatalogError.unknownPublisher }
         do {
             return try await self.database.withTransaction { session in
+                let lock = Self.appLockStatement(publisherId: draft.publisherId, bundleId: draft.bundleId)
+                try await session.query(lock.0, lock.1)
                 try await session.query(
-                    "INSERT INTO apps (id, publisher_id, bundle_id, registered) VALUES ($1, $2, $3, false) ON CONFLICT (publisher_id, bundle_id) DO NOTHING",
-                    [UUID(), draft.publisherId, draft.bundleId]
+                    """
+                    INSERT INTO apps (id, publisher_id, bundle_id, registered)
+                    SELECT $3, $1, $2, false WHERE NOT EXISTS (SELECT 1 FROM apps a WHERE \(Self.sameAppCondition))
+                    """,
+                    [draft.publisherId, draft.bundleId, UUID()]
                 )
                 let result = try await session.query(
                     """
                     WITH inserted AS (
                         INSERT INTO products (id, publisher_id, app_id, product_id, offer_id, kind, title, description, coins, duration_days, enabled)
-                        SELECT $1, $2, a.id, $4, $5, $6, $7, $8, $9, $10, $11 FROM apps a WHERE a.publisher_id = $2 AND a.bundle_id = $3
+                        SELECT $3, $1, a.id, $4, $5, $6, $7, $8, $9, $10, $11 FROM apps a WHERE \(Self.sameAppCondition) LIMIT 1
                         RETURNING *
                     )
                     SELECT \(Self.productColumns) FROM inserted p JOIN apps a ON a.id = p.app_id
                     """,
                     [
-                        UUID(), draft.publisherId, draft.bundleId, draft.productId, draft.offerId, draft.kind.rawValue, draft.title,
+                        draft.publisherId, draft.bundleId, UUID(), draft.productId, draft.offerId, draft.kind.rawValue, draft.title,
                         draft.description, draft.coins, draft.durationDays, draft.enabled,
                     ]
                 )
