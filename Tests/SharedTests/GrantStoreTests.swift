@@ -831,8 +831,12 @@ struct GrantStoreTests {
         }
     }
 
-    @Test("a pass bought during a subscription stays stacked after the subscription as it stood then: a refund later recomputes the same access, not 30 days more")
-    func passStackedOnceAfterSubscription() async throws {
+    /// A pass bought during a subscription, granted on time (before a later renewal) or late (after it).
+    @Test(
+        "a pass bought during a subscription stays stacked after the subscription as it stood then, granted before or after a later renewal: a refund later recomputes the same access, not 30 days more",
+        arguments: [false, true]
+    )
+    func passStackedOnceAfterSubscription(grantedLate: Bool) async throws {
         try await Self.withWorld { (world: World) async throws in
             let now = Date()
             let (tv, product) = try await Self.secondApp(world, selling: .nonRenewing)
@@ -846,18 +850,24 @@ struct GrantStoreTests {
                 request.app = tv
                 return try await world.grants.grant(request)
             }
-            // Bought two days ago, while the subscription runs for ten more days: after it, 40 days from now.
-            let first = pass(2)
-            #expect(try await grant(first).isGranted)
-            let stacked = Self.date(period.expiresDateMilliseconds).addingTimeInterval(30 * Self.day)
-            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, stacked))
-            // The subscription was renewed after that purchase, to 50 days from now: the pass's days lie within it.
+            // The subscription was renewed after the first pass's purchase, to 50 days from now: the pass's
+            // days lie within it.
             let renewal = AppleTransaction(
                 productId: "sub.monthly", transactionId: Fixtures.transactionId(), originalTransactionId: period.originalTransactionId,
                 purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)), expiresDateMilliseconds: Self.ms(now.addingTimeInterval(50 * Self.day))
             )
-            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [period, renewal]))
             let renewed = Self.date(renewal.expiresDateMilliseconds)
+            // Bought two days ago, while the subscription ran for ten more days: after it, 40 days from now.
+            let first = pass(2)
+            if grantedLate {
+                _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [period, renewal]))
+                #expect(try await grant(first) == .granted(expiresAt: renewed))
+            } else {
+                #expect(try await grant(first).isGranted)
+                let stacked = Self.date(period.expiresDateMilliseconds).addingTimeInterval(30 * Self.day)
+                #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, stacked))
+                _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [period, renewal]))
+            }
             #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, renewed))
             // Another pass, bought now, is refunded: what is left is the renewed subscription, which covers the first pass.
             var second = pass(0)
@@ -867,32 +877,6 @@ struct GrantStoreTests {
             let access = try await world.access("a@example.com", world.subscription)
             #expect(access.granted)
             #expect(Self.close(access.expiresAt, renewed), "access until \(String(describing: access.expiresAt)), the renewal ends \(renewed)")
-        }
-    }
-
-    /// The same purchases as above, but the pass's job runs late: after the renewal was recorded. It stacks
-    /// where its purchase puts it, as the job on time did and as a refund recomputes it, not after the renewal.
-    @Test("a pass bought during a subscription and granted after a later renewal stacks after the subscription as it stood at the purchase")
-    func passGrantedLateAfterRenewal() async throws {
-        try await Self.withWorld { (world: World) async throws in
-            let now = Date()
-            let (tv, product) = try await Self.secondApp(world, selling: .nonRenewing)
-            let period = Self.period(Fixtures.transactionId(), Fixtures.transactionId(), ends: now.addingTimeInterval(10 * Self.day))
-            _ = try await world.grants.grant(world.request("a@example.com", world.subscription, period, renewals: [period]))
-            let renewal = AppleTransaction(
-                productId: "sub.monthly", transactionId: Fixtures.transactionId(), originalTransactionId: period.originalTransactionId,
-                purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-Self.day)), expiresDateMilliseconds: Self.ms(now.addingTimeInterval(50 * Self.day))
-            )
-            _ = try await world.grants.applyEvidence(Self.evidence(world, "a@example.com", [period, renewal]))
-            let renewed = Self.date(renewal.expiresDateMilliseconds)
-            // Bought two days ago (the subscription then ran for ten more days): its days lie within the renewal.
-            let pass = AppleTransaction(
-                productId: product.productId, transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now.addingTimeInterval(-2 * Self.day))
-            )
-            var request = world.request("a@example.com", product, pass, verifiedAt: now)
-            request.app = tv
-            #expect(try await world.grants.grant(request) == .granted(expiresAt: renewed))
-            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, renewed))
         }
     }
 
