@@ -599,24 +599,36 @@ struct GrantStoreTests {
         }
     }
 
-    /// Applies each of `evidence` in its own task while the test holds the lock of `customer`'s
-    /// subscription offer, starting each once the ones before wait for a lock, so they take it in that
-    /// order once the test lets it go (PostgreSQL grants a lock's waiters first come, first served).
-    static func queued(_ world: World, behindLockOf customer: String, _ evidence: [Evidence]) async throws -> [Task<AppliedEvidence, any Error>] {
-        let lock = GrantStore.lockStatement(publisherId: world.publisher.id, customerEmail: customer, offerId: world.subscription.offerId)
+    /// Runs `body` while the test holds `customer`'s lock on `offer`; `waiting(n)` returns once `n` sessions
+    /// wait for an advisory lock. Work `body` starts in tasks takes the locks it waits for in the order it
+    /// began waiting once the test lets go (PostgreSQL grants a lock's waiters first come, first served).
+    static func holdingLock<R>(
+        _ world: World, of customer: String, _ offer: Product, _ body: (_ waiting: (Int) async throws -> Void) async throws -> R
+    ) async throws -> R {
+        let lock = GrantStore.lockStatement(publisherId: world.publisher.id, customerEmail: customer, offerId: offer.offerId)
         return try await world.database.withTransaction { session in
             try await session.query(lock.0, lock.1)
-            var tasks: [Task<AppliedEvidence, any Error>] = []
-            for next in evidence {
-                tasks.append(Task { try await world.grants.applyEvidence(next) })
-                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(tasks.count) waiting for a lock") {
+            return try await body { count in
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "\(count) waiting for a lock") {
                     try await session.query(
                         """
                         SELECT count(*) AS waiting FROM pg_locks
                         WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
                         """
-                    ).first?.decode(Int.self, "waiting") == tasks.count ? true : nil
+                    ).first?.decode(Int.self, "waiting") == count ? true : nil
                 }
+            }
+        }
+    }
+
+    /// Applies each of `evidence` in its own task behind the lock of `customer`'s subscription offer,
+    /// starting each once the ones before wait for a lock, so they take it in that order.
+    static func queued(_ world: World, behindLockOf customer: String, _ evidence: [Evidence]) async throws -> [Task<AppliedEvidence, any Error>] {
+        try await Self.holdingLock(world, of: customer, world.subscription) { waiting in
+            var tasks: [Task<AppliedEvidence, any Error>] = []
+            for next in evidence {
+                tasks.append(Task { try await world.grants.applyEvidence(next) })
+                try await waiting(tasks.count)
             }
             return tasks
         }
@@ -674,6 +686,61 @@ struct GrantStoreTests {
             #expect(try await refund.value.revoked == 1)
             #expect(try await stale.value.extended == 0)
             #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(first.expiresDateMilliseconds)))
+        }
+    }
+
+    /// Another receipt's answer lists a purchase as refunded before the purchase's first grant, which runs with
+    /// an answer Apple gave before the refund: the evidence finds no ledger row to revoke, the grant must still
+    /// grant nothing. A non-consumable's refund, of the purchase, stands for a restore of it too.
+    @Test("a refund seen before the purchase's first grant stands: the grant of a stale answer grants nothing",
+        arguments: ["coins", "lifetime restore", "pass", "subscription"])
+    func refundSeenBeforeFirstGrant(_ bought: String) async throws {
+        try await Self.withWorld { (world: World) async throws in
+            let now = Date()
+            let (product, purchase): (Product, AppleTransaction) = switch bought {
+            case "coins": (world.coins, AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now)))
+            case "lifetime restore": (world.lifetime, AppleTransaction(productId: "premium.lifetime", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now)))
+            case "pass": (world.pass, AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now)))
+            default: (world.subscription, Self.subscription(now, endingInDays: 20)[0])
+            }
+            var refunded = purchase
+            refunded.cancellationDateMilliseconds = Self.ms(now)
+            #expect(try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [refunded])) == AppliedEvidence(revoked: 0, extended: 0, bearsOn: []))
+            // The stale answer: a restore of the purchase (a new transaction id), or the purchase itself.
+            let granted = bought == "lifetime restore"
+                ? AppleTransaction(
+                    productId: "premium.lifetime", transactionId: Fixtures.transactionId(), originalTransactionId: purchase.transactionId,
+                    purchaseDateMilliseconds: Self.ms(now)
+                )
+                : purchase
+            #expect(try await world.grants.grant(world.request("a@example.com", product, granted, renewals: [granted])) == .refunded)
+            #expect(try await world.access("a@example.com", product).granted == false)
+            #expect(try await world.balance("a@example.com") == 0)
+            #expect(try await world.ledger(granted.transactionId) == ["invalidated"])
+        }
+    }
+
+    /// The race itself: a purchase's first grant is in flight (it waits behind the customer's lock, which the
+    /// test holds) when another receipt's answer lists the purchase as refunded. The refund must wait for the
+    /// grant's commit and take back what it granted; else it finds no ledger row and is lost.
+    @Test("a refund seen while the purchase's first grant is in flight waits for it and takes its coins back")
+    func refundWhileFirstGrantInFlight() async throws {
+        try await Self.withWorld(connections: 4) { world in
+            let purchase = AppleTransaction(productId: "coins.100", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(Date()))
+            var refunded = purchase
+            refunded.cancellationDateMilliseconds = Self.ms(Date())
+            let evidence = Self.evidence(world, "b@example.com", [refunded])
+            let (grant, refund) = try await Self.holdingLock(world, of: "a@example.com", world.coins) { waiting in
+                let grant = Task { try await world.grants.grant(world.request("a@example.com", world.coins, purchase)) }
+                try await waiting(1)
+                let refund = Task { try await world.grants.applyEvidence(evidence) }
+                try await waiting(2)
+                return (grant, refund)
+            }
+            #expect(try await grant.value == .granted(expiresAt: nil))
+            #expect(try await refund.value.revoked == 1)
+            #expect(try await world.balance("a@example.com") == 0)
+            #expect(try await world.walletEntries("a@example.com").map(\.kind) == ["credit", "reversal"])
         }
     }
 

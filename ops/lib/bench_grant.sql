@@ -4,6 +4,7 @@
 -- A random 12-digit number stands for the Apple transaction id and the customer.
 \set n random(100000000000, 999999999999)
 BEGIN;
+SELECT pg_advisory_xact_lock(hashtextextended('purchase|' || :pub || '|transaction:' || :n, 0));
 SELECT pg_advisory_xact_lock(hashtextextended(:pub || '|c' || :n || '@bench.example|BENCH_PREMIUM', 0));
 WITH attempt AS (
     INSERT INTO claims (publisher_id, claim_key, customer_email) VALUES (:pub, 'transaction:' || :n, 'c' || :n || '@bench.example')
@@ -15,7 +16,8 @@ INSERT INTO transactions (
     offer_id, environment, job_id, receipt_digest, state, purchase_date, expires_date, cancellation_date,
     received_at, verified_at
 ) SELECT :pub::uuid, :app::uuid, :prod::uuid, :n, :n, 'com.example.bench.premium', 'c' || :n || '@bench.example',
-    'BENCH_PREMIUM', 'Production', 'job-' || :n, md5(:n), 'verified', now(), NULL, NULL, now(), now()
+    'BENCH_PREMIUM', 'Production', 'job-' || :n, md5(:n), 'verified', now(), NULL,
+    (SELECT min(cancellation_date) FROM cancellations WHERE app_id = :app AND transaction_id = :n::text), now(), now()
 WHERE EXISTS (SELECT 1 FROM claims WHERE publisher_id = :pub AND claim_key = 'transaction:' || :n AND customer_email = 'c' || :n || '@bench.example')
 ON CONFLICT (app_id, transaction_id) DO UPDATE SET
     expires_date = EXCLUDED.expires_date,

@@ -359,7 +359,7 @@ def report(args):
         fmt(trivial), fmt(number(r, "ref_trivial.p50_us", 0) / 1000, 2), fmt(number(r, "ref_trivial.p99_us", 0) / 1000, 2)))
     add("| Redis XADD | `redis-benchmark -c 64 -P 1` (no pipelining), the same Redis server (AOF everysec) | %s ops/s |" % (
         fmt(number(r, "ref_redis.rps"))))
-    add("| PostgreSQL grant | `pgbench -c %s` running the SQL of one grant transaction (advisory lock, claim, ledger upsert, "
+    add("| PostgreSQL grant | `pgbench -c %s` running the SQL of one grant transaction (advisory locks of the purchase and the customer, claim, ledger upsert, "
         "entitlement read and upsert, ledger update; `ops/lib/bench_grant.sql`), the same server | %s transactions/s, mean %s ms |" % (
             r.get("ref_pg.clients", "16"), fmt(number(r, "ref_pg.tps")), fmt(number(r, "ref_pg.latency_ms"), 2)))
     add("")

@@ -24,10 +24,10 @@ public struct GrantStore: Sendable {
     /// Grants (or refuses) one purchase; see ``GrantOutcome``.
     ///
     /// One transaction in two round trips on the usual path, since every round trip costs PostgreSQL and
-    /// the worker a context switch each (ops/bench). First, pipelined: BEGIN, the customer-and-offer lock,
-    /// the claim, and the ledger upsert, which writes only if the claim is this customer's and reads the
-    /// current entitlement in the same statement (after the lock, so nothing stale). Then, pipelined: the
-    /// entitlement or wallet write, the ledger update and COMMIT.
+    /// the worker a context switch each (ops/bench). First, pipelined: BEGIN, the purchase's lock, the
+    /// customer-and-offer lock, the claim, and the ledger upsert, which writes only if the claim is this
+    /// customer's and reads the current entitlement in the same statement (after the locks, so nothing
+    /// stale). Then, pipelined: the entitlement or wallet write, the ledger update and COMMIT.
     public func grant(_ request: GrantRequest) async throws -> GrantOutcome {
         try await self.database.withConnection { session in
             do {
@@ -44,18 +44,18 @@ public struct GrantStore: Sendable {
         var request = request
         let job = request.job
         let transaction = request.transaction
-        let claimKey = request.product.kind.claimsByOriginalTransaction
-            ? "original:\(transaction.originalTransactionId)" : "transaction:\(transaction.transactionId)"
+        let claimKey = Self.claimKey(transaction, byOriginal: request.product.kind.claimsByOriginalTransaction)
         // The subscription's other periods the answer says are paid for, as the ledger knows them after the
         // lock: an answer taken just before Apple refunded one of them may reach here after the refund did.
         let paidPeriods = request.product.kind == .autoRenewable
             ? request.renewals.filter { !$0.isCancelled && $0.transactionId != transaction.transactionId }.map(\.transactionId) : []
-        let refundedPeriods: [(String, [any PostgresEncodable])] = paidPeriods.isEmpty ? [] : [(
-            "SELECT transaction_id FROM transactions WHERE app_id = $1 AND transaction_id = ANY($2) AND cancellation_date IS NOT NULL",
-            [request.app.id, PostgresTextArray(paidPeriods)]
-        )]
+        let refundedPeriods = paidPeriods.isEmpty ? [] : [Self.refundedStatement(appId: request.app.id, paidPeriods)]
+        // The purchase's lock before the customer's, as evidence takes them: a refund another receipt brings
+        // in while this grant runs waits for its commit and finds the ledger row to revoke, or committed
+        // before it and is found by the ledger upsert.
         let opened = try await session.pipeline([
             ("BEGIN", []),
+            Self.purchaseLockStatement(publisherId: job.publisherId, claimKey: claimKey),
             Self.lockStatement(publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId),
             (
                 """
@@ -72,13 +72,13 @@ public struct GrantStore: Sendable {
         ] + refundedPeriods)
         if !refundedPeriods.isEmpty {
             // A refund the ledger holds stands: such a period counts as cancelled, as a fresher answer has it.
-            let refunded = Set(try opened[4].rows.map { try $0.decode(String.self, "transaction_id") })
+            let refunded = Set(try opened[5].rows.map { try $0.decode(String.self, "transaction_id") })
             for index in request.renewals.indices where refunded.contains(request.renewals[index].transactionId) {
                 request.renewals[index].cancellationDateMilliseconds = Int64(request.verifiedAt.timeIntervalSince1970 * 1000)
             }
         }
-        var owner = try opened[2].first?.decode(String.self, "customer_email")
-        let claimCreated = try opened[2].first?.decode(Bool.self, "created") ?? false
+        var owner = try opened[3].first?.decode(String.self, "customer_email")
+        let claimCreated = try opened[3].first?.decode(Bool.self, "created") ?? false
         // A purchase belongs to the first customer it was *granted* to: a claim this attempt took is given
         // back, in the same transaction, when it grants nothing (a refund, an expired subscription). Else a
         // lapsed subscription checked by one customer would refuse everyone who buys it again later.
@@ -96,7 +96,7 @@ public struct GrantStore: Sendable {
             try await session.query("COMMIT")
             return .alreadyClaimed
         }
-        guard let ledgerRow = opened[3].first else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
+        guard let ledgerRow = opened[4].first else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
         let ledger = try Self.ledger(ledgerRow)
         // The ledger keeps a cancellation once seen: a stale answer that predates the refund grants nothing.
         if transaction.isCancelled || ledger.cancelled {
@@ -246,6 +246,13 @@ public struct GrantStore: Sendable {
         }
         guard !cancelled.isEmpty || !periods.isEmpty else { return AppliedEvidence(revoked: 0, extended: 0, bearsOn: []) }
         return try await self.database.withTransaction { session in
+            if !cancelled.isEmpty {
+                // The refunded purchases' locks, then the refunds recorded: a grant of one of them that is in
+                // flight commits before the ledger is read below, and one that starts later finds the refund.
+                try await session.pipeline(Self.purchaseKeys(cancelled, evidence: evidence).map {
+                    Self.purchaseLockStatement(publisherId: evidence.publisherId, claimKey: $0)
+                } + [Self.recordCancellationsStatement(cancelled, appId: evidence.appId)])
+            }
             let refunds = try await Self.refunds(cancelled, evidence: evidence, session: session)
             let owners = try await Self.owners(periods, evidence: evidence, session: session)
             let open = refunds.filter(\.open)
@@ -358,10 +365,8 @@ public struct GrantStore: Sendable {
         guard !owners.isEmpty else { return [] }
         // A refund the ledger holds stands, as in a grant: a stale answer that still lists the period as paid
         // extends nothing with it.
-        let refunded = Set(try await session.query(
-            "SELECT transaction_id FROM transactions WHERE app_id = $1 AND transaction_id = ANY($2) AND cancellation_date IS NOT NULL",
-            [evidence.appId, PostgresTextArray(periods.values.flatMap { $0.map(\.transactionId) })]
-        ).rows.map { try $0.decode(String.self, "transaction_id") })
+        let (sql, parameters) = Self.refundedStatement(appId: evidence.appId, periods.values.flatMap { $0.map(\.transactionId) })
+        let refunded = Set(try await session.query(sql, parameters).rows.map { try $0.decode(String.self, "transaction_id") })
         return owners.flatMap { owner -> [Renewal] in
             let ids = Set(periods[owner.original, default: []].map(\.transactionId).filter { !refunded.contains($0) })
             return owner.offerIds.compactMap { offerId in
@@ -405,9 +410,62 @@ public struct GrantStore: Sendable {
         )
     }
 
+    /// Which of `transactionIds` Apple is known to have refunded: in the ledger, or seen in any answer.
+    private static func refundedStatement(appId: UUID, _ transactionIds: [String]) -> (String, [any PostgresEncodable]) {
+        (
+            """
+            SELECT transaction_id FROM transactions WHERE app_id = $1 AND transaction_id = ANY($2) AND cancellation_date IS NOT NULL
+            UNION SELECT transaction_id FROM cancellations WHERE app_id = $1 AND transaction_id = ANY($2)
+            """,
+            [appId, PostgresTextArray(transactionIds)]
+        )
+    }
+
+    /// The purchases the refunded transactions belong to, as their grants lock them (the claim key), sorted so
+    /// every taker takes them in one order. A product the catalog does not know (yet) locks both keys.
+    private static func purchaseKeys(_ cancelled: [AppleTransaction], evidence: Evidence) -> [String] {
+        Set(cancelled.flatMap { transaction -> [String] in
+            let kinds = evidence.products[transaction.productId].map { [$0.kind.claimsByOriginalTransaction] } ?? [false, true]
+            return kinds.map { Self.claimKey(transaction, byOriginal: $0) }
+        }).sorted()
+    }
+
+    /// Records the refunds an answer lists (`cancellations`), once each.
+    private static func recordCancellationsStatement(_ cancelled: [AppleTransaction], appId: UUID) -> (String, [any PostgresEncodable]) {
+        (
+            """
+            INSERT INTO cancellations (app_id, transaction_id, original_transaction_id, cancellation_date)
+            SELECT $1, refund.id, refund.original, to_timestamp(refund.at::bigint / 1000.0)
+            FROM unnest($2::text[], $3::text[], $4::text[]) AS refund (id, original, at)
+            ON CONFLICT DO NOTHING
+            """,
+            [
+                appId, PostgresTextArray(cancelled.map(\.transactionId)), PostgresTextArray(cancelled.map(\.originalTransactionId)),
+                PostgresTextArray(cancelled.map { String($0.cancellationDateMilliseconds ?? 0) }),
+            ]
+        )
+    }
+
+    /// Serialises the grants of one purchase (its claim key) with the evidence that refunds it. Taken before
+    /// any customer's lock (``lockStatement(publisherId:customerEmail:offerId:)``), by grants and evidence alike.
+    static func purchaseLockStatement(publisherId: UUID, claimKey: String) -> (String, [any PostgresEncodable]) {
+        Self.advisoryLock("purchase|\(publisherId.lowercasedString)|\(claimKey)")
+    }
+
     /// Serialises work on one customer and offer, so stacking and extending read and write one state.
     static func lockStatement(publisherId: UUID, customerEmail: String, offerId: String) -> (String, [any PostgresEncodable]) {
-        ("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", ["\(publisherId.lowercasedString)|\(customerEmail)|\(offerId)"])
+        Self.advisoryLock("\(publisherId.lowercasedString)|\(customerEmail)|\(offerId)")
+    }
+
+    /// A lock held until the transaction ends.
+    private static func advisoryLock(_ key: String) -> (String, [any PostgresEncodable]) {
+        ("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", [key])
+    }
+
+    /// Who a purchase belongs to is recorded under this key (`claims`): its original transaction, for the
+    /// kinds whose renewals and restores are one purchase, else the transaction itself.
+    private static func claimKey(_ transaction: AppleTransaction, byOriginal: Bool) -> String {
+        byOriginal ? "original:\(transaction.originalTransactionId)" : "transaction:\(transaction.transactionId)"
     }
 
     /// A renewal period seen in an answer becomes a ledger row of the subscription's owner; it carries no
@@ -510,9 +568,10 @@ public struct GrantStore: Sendable {
         // check of a lapsed subscription, whose claim was given back) becomes the owner's, as a fresh
         // check: else its grant, and a later refund of it, would count for the customer it never granted.
         let handedOver = "transactions.state <> 'fulfilled' AND transactions.customer_email <> EXCLUDED.customer_email"
-        // A non-consumable is one purchase however often it is restored (each restore a transaction id of its
-        // own, under the purchase's original): a refund of any of them cancels this one too, so a receipt
-        // taken before the refund cannot grant it again through a restore.
+        // A refund any answer listed stands (`cancellations`), whether or not the ledger held the transaction
+        // then. A non-consumable is one purchase however often it is restored (each restore a transaction id
+        // of its own, under the purchase's original): a refund of any of them cancels this one too, so a
+        // receipt taken before the refund cannot grant it again through a restore.
         let owner = ["customer_email", "offer_id", "product_ref", "job_id", "environment", "receipt_digest", "received_at"].map {
             "\($0) = CASE WHEN \(handedOver) THEN EXCLUDED.\($0) ELSE transactions.\($0) END,"
         }.joined(separator: "\n")
@@ -526,7 +585,10 @@ public struct GrantStore: Sendable {
                 )
                 SELECT $1::uuid, $2::uuid, $3::uuid, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text,
                     $11::text, 'verified', $12::timestamptz, $13::timestamptz,
-                    COALESCE($14::timestamptz, CASE WHEN $18::boolean THEN (
+                    COALESCE($14::timestamptz, (
+                        SELECT min(seen.cancellation_date) FROM cancellations seen
+                        WHERE seen.app_id = $2 AND (seen.transaction_id = $4 OR ($18::boolean AND seen.original_transaction_id = $5))
+                    ), CASE WHEN $18::boolean THEN (
                         SELECT min(restored.cancellation_date) FROM transactions restored
                         WHERE restored.app_id = $2 AND restored.original_transaction_id = $5
                     ) END),

@@ -191,5 +191,20 @@ public enum Migrations {
             );
             CREATE INDEX granted_jobs_transaction ON granted_jobs (transaction_ref);
             """),
+        Migration(version: 8, name: "refunds seen before their purchase is granted", sql: """
+            -- Every refund a verified answer lists, whether or not the ledger holds its transaction yet. A
+            -- refund seen in one receipt while the purchase's first grant is in flight, or before it runs with
+            -- an answer Apple gave before the refund, finds no ledger row to revoke; the grant finds it here
+            -- and grants nothing. (Both take the purchase's advisory lock first, so one of them sees the other.)
+            CREATE TABLE cancellations (
+                app_id                  uuid NOT NULL REFERENCES apps (id),
+                transaction_id          text NOT NULL,
+                original_transaction_id text NOT NULL,
+                cancellation_date       timestamptz NOT NULL,
+                seen_at                 timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (app_id, transaction_id)
+            );
+            CREATE INDEX cancellations_original ON cancellations (app_id, original_transaction_id);
+            """),
     ]
 }
