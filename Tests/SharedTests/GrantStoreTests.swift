@@ -744,6 +744,33 @@ struct GrantStoreTests {
         }
     }
 
+    /// An answer taken before a renewal period was refunded extends the access with it, while another
+    /// receipt's answer lists that period refunded. The stale one is in flight first (behind the customer's
+    /// lock, which the test holds); the refund must wait for it and take the period back, not find no
+    /// ledger row for it and be lost.
+    @Test("a refund seen while another answer's renewal of the same period is in flight waits for it and takes the period back")
+    func refundWhileRenewalInFlight() async throws {
+        try await Self.withWorld(connections: 4) { world in
+            let now = Date()
+            let periods = Self.subscription(now, endingInDays: 10, 40)
+            let (first, second) = (periods[0], periods[1])
+            #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first])).isGranted)
+            var refunded = second
+            refunded.cancellationDateMilliseconds = Self.ms(now)
+            let (stale, fresh) = (Self.evidence(world, "a@example.com", [first, second]), Self.evidence(world, "b@example.com", [first, refunded]))
+            let (renewal, refund) = try await Self.holdingLock(world, of: "a@example.com", world.subscription) { waiting in
+                let renewal = Task { try await world.grants.applyEvidence(stale) }
+                try await waiting(1)
+                let refund = Task { try await world.grants.applyEvidence(fresh) }
+                try await waiting(2)
+                return (renewal, refund)
+            }
+            #expect(try await renewal.value.extended == 1)
+            #expect(try await refund.value.revoked == 1)
+            #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(first.expiresDateMilliseconds)))
+        }
+    }
+
     @Test("a subscription that lapsed, or was refunded, and was bought again grants again", arguments: ["lapsed", "refunded"])
     func subscriptionBoughtAgain(_ history: String) async throws {
         try await Self.withWorld { world in

@@ -246,13 +246,12 @@ public struct GrantStore: Sendable {
         }
         guard !cancelled.isEmpty || !periods.isEmpty else { return AppliedEvidence(revoked: 0, extended: 0, bearsOn: []) }
         return try await self.database.withTransaction { session in
-            if !cancelled.isEmpty {
-                // The refunded purchases' locks, then the refunds recorded: a grant of one of them that is in
-                // flight commits before the ledger is read below, and one that starts later finds the refund.
-                try await session.pipeline(Self.purchaseKeys(cancelled, evidence: evidence).map {
-                    Self.purchaseLockStatement(publisherId: evidence.publisherId, claimKey: $0)
-                } + [Self.recordCancellationsStatement(cancelled, appId: evidence.appId)])
-            }
+            // The locks of the purchases refunded or renewed, then the refunds recorded: a grant, or another
+            // answer's renewal, of one of them that is in flight commits before the ledger is read below, and
+            // one that starts later finds the refund.
+            try await session.pipeline(Self.purchaseKeys(cancelled, renewed: periods, evidence: evidence).map {
+                Self.purchaseLockStatement(publisherId: evidence.publisherId, claimKey: $0)
+            } + (cancelled.isEmpty ? [] : [Self.recordCancellationsStatement(cancelled, appId: evidence.appId)]))
             let refunds = try await Self.refunds(cancelled, evidence: evidence, session: session)
             let owners = try await Self.owners(periods, evidence: evidence, session: session)
             let open = refunds.filter(\.open)
@@ -421,13 +420,17 @@ public struct GrantStore: Sendable {
         )
     }
 
-    /// The purchases the refunded transactions belong to, as their grants lock them (the claim key), sorted so
-    /// every taker takes them in one order. A product the catalog does not know (yet) locks both keys.
-    private static func purchaseKeys(_ cancelled: [AppleTransaction], evidence: Evidence) -> [String] {
-        Set(cancelled.flatMap { transaction -> [String] in
+    /// The purchases the refunded transactions and the renewed subscriptions belong to, as their grants lock
+    /// them (the claim key), sorted so every taker takes them in one order. A refunded product the catalog
+    /// does not know (yet) locks both keys.
+    private static func purchaseKeys(
+        _ cancelled: [AppleTransaction], renewed periods: [String: [AppleTransaction]], evidence: Evidence
+    ) -> [String] {
+        let refunded = cancelled.flatMap { transaction -> [String] in
             let kinds = evidence.products[transaction.productId].map { [$0.kind.claimsByOriginalTransaction] } ?? [false, true]
             return kinds.map { Self.claimKey(transaction, byOriginal: $0) }
-        }).sorted()
+        }
+        return Set(refunded + periods.values.compactMap(\.first).map { Self.claimKey($0, byOriginal: true) }).sorted()
     }
 
     /// Records the refunds an answer lists (`cancellations`), once each.
