@@ -206,11 +206,29 @@ struct Fulfiller: Sendable {
             }
         }
         let granting = ContinuousClock.now
-        let outcome = try await self.grants.grant(GrantRequest(
-            job: job, app: app, product: product, transaction: matched, renewals: renewals,
-            gracePeriodEndMilliseconds: subscription.graceEnd, environment: environment,
-            verifiedAt: verifiedAt
-        ))
+        func grant(_ transaction: AppleTransaction, renewals: [AppleTransaction]) async throws -> GrantOutcome {
+            try await self.grants.grant(GrantRequest(
+                job: job, app: app, product: product, transaction: transaction, renewals: renewals,
+                gracePeriodEndMilliseconds: subscription.graceEnd, environment: environment, verifiedAt: verifiedAt
+            ))
+        }
+        var outcome = try await grant(matched, renewals: renewals)
+        if outcome == .refunded, product.kind == .autoRenewable, !matched.isCancelled {
+            // The answer predates a refund PostgreSQL knows of (from another receipt): as when the answer
+            // itself names a refunded period, the period still paid for grants, if one has not ended.
+            let refunded = try await self.grants.knownRefunds(appId: app.id, renewals.map(\.transactionId))
+            let known = renewals.map { period in
+                var period = period
+                if refunded.contains(period.transactionId), !period.isCancelled {
+                    period.cancellationDateMilliseconds = Int64(verifiedAt.timeIntervalSince1970 * 1000)
+                }
+                return period
+            }
+            if let paid = Self.paidPeriod(known, graceEnd: subscription.graceEnd, at: verifiedAt) {
+                matched = paid
+                outcome = try await grant(paid, renewals: known)
+            }
+        }
         WorkerMetrics.step(.grant, ContinuousClock.now - granting)
         switch outcome {
         case .granted(let expiresAt):

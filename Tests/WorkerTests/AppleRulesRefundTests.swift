@@ -406,6 +406,43 @@ struct AppleRulesRefundTests {
         }
     }
 
+    /// The refund is known to PostgreSQL (a fresher receipt's answer listed it) when a job runs on an answer
+    /// Apple gave before it, naming the refunded period: as when the answer itself names it, the period
+    /// still paid for grants. Known from that answer only (`cancellations`), or from the ledger too (the
+    /// refunded period had been granted before).
+    @Test("a submission whose answer predates a refund PostgreSQL knows of grants the period still paid for", arguments: [false, true])
+    func staleAnswerNamingKnownRefund(_ grantedBefore: Bool) async throws {
+        try await WorkerHarness.with(retry: WorkerHarness.fastRetry()) { harness in
+            _ = try await Self.appWithProduct(.autoRenewable, to: harness)
+            let now = Millis.now
+            let (first, again) = (ScenarioReceipt.transactionId(), ScenarioReceipt.transactionId())
+            func receipt(refunded: Bool) -> String {
+                ScenarioReceipt.make(bundleId: Self.bundle, entries: [
+                    ScenarioEntry(
+                        "monthly", first, original: first, purchase: now - 10 * Millis.day, expires: now + 20 * Millis.day,
+                        cancelled: refunded ? now - 5 * Millis.day : nil
+                    ),
+                    ScenarioEntry("monthly", again, original: first, purchase: now - 1000, expires: now + 30 * Millis.day),
+                ])
+            }
+            let (stale, fresh) = (receipt(refunded: false), receipt(refunded: true))
+            if grantedBefore {
+                // Naming the later period: the earlier one, counted, becomes a fulfilled ledger row too.
+                #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: again, receipt: stale)).status == .granted)
+                #expect(try await harness.ledgerRow(first)?.state == "fulfilled")
+            }
+            // The fresh answer, submitted without a transaction id (a submission naming one is deduplicated by it).
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: nil, receipt: fresh)).status == .granted)
+            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: first, receipt: stale))
+            #expect(record.status == .granted)
+            #expect(record.reason == nil)
+            let access = try await harness.access("MONTHLY")
+            #expect(access.granted)
+            #expect(access.expiresAt.map(Millis.of) == now + 30 * Millis.day)
+            #expect(try await harness.ledgerRow(first)?.state != "fulfilled", "the refunded period grants nothing")
+        }
+    }
+
     /// Where the refund of a consumable is learnt.
     enum RefundSource: String, CaseIterable, Sendable {
         case nextPurchase, resubmission

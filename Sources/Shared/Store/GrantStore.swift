@@ -286,6 +286,13 @@ public struct GrantStore: Sendable {
         }
     }
 
+    /// Which of `transactionIds` (of the app `appId`) Apple is known to have refunded, from any answer.
+    public func knownRefunds(appId: UUID, _ transactionIds: [String]) async throws -> Set<String> {
+        guard !transactionIds.isEmpty else { return [] }
+        let (sql, parameters) = Self.refundedStatement(appId: appId, transactionIds)
+        return Set(try await self.database.query(sql, parameters).rows.map { try $0.decode(String.self, "transaction_id") })
+    }
+
     /// A ledger row of a transaction the answer lists as refunded.
     private struct Refund {
         let ledgerId: Int64
