@@ -193,7 +193,7 @@ struct Fulfiller: Sendable {
         // subscription bought again after a refund): the submission names the refund, the customer is owed
         // the period paid for. Middleware often keeps naming the first transaction it saw.
         if product.kind == .autoRenewable, matched.isCancelled,
-            let paid = Self.paidPeriod(renewals, graceEnd: subscription.graceEnd, at: verifiedAt)
+            let paid = AppleTransaction.latestPaid(renewals, graceEnd: subscription.graceEnd, at: verifiedAt)
         {
             matched = paid
         }
@@ -206,29 +206,11 @@ struct Fulfiller: Sendable {
             }
         }
         let granting = ContinuousClock.now
-        func grant(_ transaction: AppleTransaction, renewals: [AppleTransaction]) async throws -> GrantOutcome {
-            try await self.grants.grant(GrantRequest(
-                job: job, app: app, product: product, transaction: transaction, renewals: renewals,
-                gracePeriodEndMilliseconds: subscription.graceEnd, environment: environment, verifiedAt: verifiedAt
-            ))
-        }
-        var outcome = try await grant(matched, renewals: renewals)
-        if outcome == .refunded, product.kind == .autoRenewable, !matched.isCancelled {
-            // The answer predates a refund PostgreSQL knows of (from another receipt): as when the answer
-            // itself names a refunded period, the period still paid for grants, if one has not ended.
-            let refunded = try await self.grants.knownRefunds(appId: app.id, renewals.map(\.transactionId))
-            let known = renewals.map { period in
-                var period = period
-                if refunded.contains(period.transactionId), !period.isCancelled {
-                    period.cancellationDateMilliseconds = Int64(verifiedAt.timeIntervalSince1970 * 1000)
-                }
-                return period
-            }
-            if let paid = Self.paidPeriod(known, graceEnd: subscription.graceEnd, at: verifiedAt) {
-                matched = paid
-                outcome = try await grant(paid, renewals: known)
-            }
-        }
+        let outcome = try await self.grants.grant(GrantRequest(
+            job: job, app: app, product: product, transaction: matched, renewals: renewals,
+            gracePeriodEndMilliseconds: subscription.graceEnd, environment: environment,
+            verifiedAt: verifiedAt
+        ))
         WorkerMetrics.step(.grant, ContinuousClock.now - granting)
         switch outcome {
         case .granted(let expiresAt):
@@ -249,13 +231,6 @@ struct Fulfiller: Sendable {
         }
     }
 
-    /// The latest period not refunded, when it (or the subscription's grace period) has not ended by `now`.
-    static func paidPeriod(_ periods: [AppleTransaction], graceEnd: Int64?, at now: Date) -> AppleTransaction? {
-        let paid = periods.filter { !$0.isCancelled }
-        guard let latest = paid.max(by: { ($0.expiresDateMilliseconds ?? 0) < ($1.expiresDateMilliseconds ?? 0) }) else { return nil }
-        let end = max(latest.expiresDateMilliseconds ?? 0, graceEnd ?? 0)
-        return Double(end) / 1000 > now.timeIntervalSince1970 ? latest : nil
-    }
 
     /// What asking Apple gave: an answer to check (status 0, or 21006 with its receipt), or an outcome already.
     private enum Verification {

@@ -720,6 +720,28 @@ struct GrantStoreTests {
         }
     }
 
+    /// An answer Apple gave before a period was refunded names that period, and a later one is still paid
+    /// for: the later one grants (the period named grants nothing), and the job's outcome read back from the
+    /// ledger, once Redis has forgotten it, is that grant.
+    @Test("a stale answer naming a period refunded since grants the period still paid for, and the ledger says so")
+    func staleAnswerNamingRefundedPeriod() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            let periods = Self.subscription(now, endingInDays: 10, 40)
+            let (first, second) = (periods[0], periods[1])
+            var refunded = first
+            refunded.cancellationDateMilliseconds = Self.ms(now)
+            _ = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [refunded]))
+            let request = world.request("a@example.com", world.subscription, first, renewals: [first, second])
+            #expect(try await world.grants.grant(request) == .granted(expiresAt: Self.date(second.expiresDateMilliseconds)))
+            #expect(try await world.ledger(first.transactionId) == ["invalidated"])
+            #expect(try await world.ledger(second.transactionId) == ["fulfilled"])
+            let outcome = try await world.access.jobOutcome(jobId: request.job.jobId, publisherId: world.publisher.id)
+            #expect(outcome?.status == .granted)
+            #expect(outcome?.reason == nil)
+        }
+    }
+
     /// The race itself: a purchase's first grant is in flight (it waits behind the customer's lock, which the
     /// test holds) when another receipt's answer lists the purchase as refunded. The refund must wait for the
     /// grant's commit and take back what it granted; else it finds no ledger row and is lost.

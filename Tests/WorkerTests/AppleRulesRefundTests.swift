@@ -433,9 +433,13 @@ struct AppleRulesRefundTests {
             }
             // The fresh answer, submitted without a transaction id (a submission naming one is deduplicated by it).
             #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: nil, receipt: fresh)).status == .granted)
-            let record = try await harness.workUntilFinal(try await harness.submit(offerId: "MONTHLY", transactionId: first, receipt: stale))
+            let jobId = try await harness.submit(offerId: "MONTHLY", transactionId: first, receipt: stale)
+            let record = try await harness.workUntilFinal(jobId)
             #expect(record.status == .granted)
             #expect(record.reason == nil)
+            // Read from the ledger once Redis has forgotten the job (retention), the outcome is the same.
+            let kept = try await AccessStore(database: harness.database).jobOutcome(jobId: jobId, publisherId: harness.publisher.id)
+            #expect(kept?.status == .granted)
             let access = try await harness.access("MONTHLY")
             #expect(access.granted)
             #expect(access.expiresAt.map(Millis.of) == now + 30 * Millis.day)

@@ -1,3 +1,5 @@
+import Foundation
+
 /// One entry of `receipt.in_app` or `latest_receipt_info`, as Apple documents it
 /// ("responseBody.Latest_receipt_info"). Millisecond values arrive as strings; numbers are accepted too.
 public struct AppleTransaction: Sendable, Equatable {
@@ -60,4 +62,13 @@ public struct AppleTransaction: Sendable, Equatable {
 
     /// Whether Apple refunded or revoked it.
     public var isCancelled: Bool { self.cancellationDateMilliseconds != nil }
+
+    /// The latest of a subscription's `periods` not refunded, when it (or the subscription's grace period)
+    /// has not ended by `now`: what a submission naming a refunded period grants instead.
+    public static func latestPaid(_ periods: [AppleTransaction], graceEnd: Int64?, at now: Date) -> AppleTransaction? {
+        let paid = periods.filter { !$0.isCancelled }
+        guard let latest = paid.max(by: { ($0.expiresDateMilliseconds ?? 0) < ($1.expiresDateMilliseconds ?? 0) }) else { return nil }
+        let end = max(latest.expiresDateMilliseconds ?? 0, graceEnd ?? 0)
+        return Double(end) / 1000 > now.timeIntervalSince1970 ? latest : nil
+    }
 }

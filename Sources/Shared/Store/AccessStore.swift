@@ -45,7 +45,7 @@ public struct AccessStore: Sendable {
                 SELECT 1, fulfilled_at IS NOT NULL, last_error, environment, customer_email, offer_id, granted_until
                 FROM transactions
                 WHERE job_id = $1 AND publisher_id = $2 AND state IN ('fulfilled', 'invalidated')
-                ORDER BY id LIMIT 1
+                ORDER BY fulfilled_at IS NULL, id LIMIT 1
             ) own
             ORDER BY source LIMIT 1
             """,

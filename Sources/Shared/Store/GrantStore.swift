@@ -43,12 +43,12 @@ public struct GrantStore: Sendable {
     private static func grant(_ request: GrantRequest, session: PostgresSession) async throws -> GrantOutcome {
         var request = request
         let job = request.job
-        let transaction = request.transaction
-        let claimKey = Self.claimKey(transaction, byOriginal: request.product.kind.claimsByOriginalTransaction)
+        let named = request.transaction
+        let claimKey = Self.claimKey(named, byOriginal: request.product.kind.claimsByOriginalTransaction)
         // The subscription's other periods the answer says are paid for, as the ledger knows them after the
         // lock: an answer taken just before Apple refunded one of them may reach here after the refund did.
         let paidPeriods = request.product.kind == .autoRenewable
-            ? request.renewals.filter { !$0.isCancelled && $0.transactionId != transaction.transactionId }.map(\.transactionId) : []
+            ? request.renewals.filter { !$0.isCancelled && $0.transactionId != named.transactionId }.map(\.transactionId) : []
         let refundedPeriods = paidPeriods.isEmpty ? [] : [Self.refundedStatement(appId: request.app.id, paidPeriods)]
         // The purchase's lock before the customer's, as evidence takes them: a refund another receipt brings
         // in while this grant runs waits for its commit and finds the ledger row to revoke, or committed
@@ -70,13 +70,7 @@ public struct GrantStore: Sendable {
             ),
             Self.recordVerifiedStatement(request, claimKey: claimKey),
         ] + refundedPeriods)
-        if !refundedPeriods.isEmpty {
-            // A refund the ledger holds stands: such a period counts as cancelled, as a fresher answer has it.
-            let refunded = Set(try opened[5].rows.map { try $0.decode(String.self, "transaction_id") })
-            for index in request.renewals.indices where refunded.contains(request.renewals[index].transactionId) {
-                request.renewals[index].cancellationDateMilliseconds = Int64(request.verifiedAt.timeIntervalSince1970 * 1000)
-            }
-        }
+        var refunded = refundedPeriods.isEmpty ? [] : Set(try opened[5].rows.map { try $0.decode(String.self, "transaction_id") })
         var owner = try opened[3].first?.decode(String.self, "customer_email")
         let claimCreated = try opened[3].first?.decode(Bool.self, "created") ?? false
         // A purchase belongs to the first customer it was *granted* to: a claim this attempt took is given
@@ -97,7 +91,27 @@ public struct GrantStore: Sendable {
             return .alreadyClaimed
         }
         guard let ledgerRow = opened[4].first else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
-        let ledger = try Self.ledger(ledgerRow)
+        var ledger = try Self.ledger(ledgerRow)
+        // A refund PostgreSQL knows of stands: such a period counts as cancelled, as a fresher answer has it.
+        if ledger.cancelled, !named.isCancelled { refunded.insert(named.transactionId) }
+        for index in request.renewals.indices where refunded.contains(request.renewals[index].transactionId) {
+            request.renewals[index].cancellationDateMilliseconds = Int64(request.verifiedAt.timeIntervalSince1970 * 1000)
+        }
+        if refunded.contains(named.transactionId), request.product.kind == .autoRenewable,
+            let paid = AppleTransaction.latestPaid(request.renewals, graceEnd: request.gracePeriodEndMilliseconds, at: request.verifiedAt)
+        {
+            // The answer predates the refund of the period it names, while a later period is still paid for:
+            // that period grants, as for an answer that names the refund (Fulfiller); the named one's row
+            // grants nothing.
+            request.transaction = paid
+            let switched = try await session.pipeline([
+                Self.invalidateStatement(ledgerId: ledger.id, reason: JobReason.refunded.rawValue),
+                Self.recordVerifiedStatement(request, claimKey: claimKey),
+            ])
+            guard let row = switched[1].first else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
+            ledger = try Self.ledger(row)
+        }
+        let transaction = request.transaction
         // The ledger keeps a cancellation once seen: a stale answer that predates the refund grants nothing.
         if transaction.isCancelled || ledger.cancelled {
             let cancelledAt = ledger.cancelledAt ?? transaction.cancellationDateMilliseconds.map(Self.date) ?? request.verifiedAt
@@ -286,13 +300,6 @@ public struct GrantStore: Sendable {
         }
     }
 
-    /// Which of `transactionIds` (of the app `appId`) Apple is known to have refunded, from any answer.
-    public func knownRefunds(appId: UUID, _ transactionIds: [String]) async throws -> Set<String> {
-        guard !transactionIds.isEmpty else { return [] }
-        let (sql, parameters) = Self.refundedStatement(appId: appId, transactionIds)
-        return Set(try await self.database.query(sql, parameters).rows.map { try $0.decode(String.self, "transaction_id") })
-    }
-
     /// A ledger row of a transaction the answer lists as refunded.
     private struct Refund {
         let ledgerId: Int64
@@ -353,7 +360,7 @@ public struct GrantStore: Sendable {
         guard !periods.isEmpty else { return [] }
         return try await session.query(
             "SELECT claim_key, customer_email FROM claims WHERE publisher_id = $1 AND claim_key = ANY($2) ORDER BY customer_email, claim_key",
-            [evidence.publisherId, PostgresTextArray(periods.keys.map { "original:\($0)" })]
+            [evidence.publisherId, PostgresTextArray(periods.keys.map(Self.claimKey(original:)))]
         ).rows.compactMap { row in
             let original = String(try row.decode(String.self, "claim_key").dropFirst("original:".count))
             guard let entries = periods[original] else { return nil }
@@ -437,7 +444,7 @@ public struct GrantStore: Sendable {
             let kinds = evidence.products[transaction.productId].map { [$0.kind.claimsByOriginalTransaction] } ?? [false, true]
             return kinds.map { Self.claimKey(transaction, byOriginal: $0) }
         }
-        return Set(refunded + periods.values.compactMap(\.first).map { Self.claimKey($0, byOriginal: true) }).sorted()
+        return Set(refunded + periods.keys.map(Self.claimKey(original:))).sorted()
     }
 
     /// Records the refunds an answer lists (`cancellations`), once each.
@@ -475,8 +482,10 @@ public struct GrantStore: Sendable {
     /// Who a purchase belongs to is recorded under this key (`claims`): its original transaction, for the
     /// kinds whose renewals and restores are one purchase, else the transaction itself.
     private static func claimKey(_ transaction: AppleTransaction, byOriginal: Bool) -> String {
-        byOriginal ? "original:\(transaction.originalTransactionId)" : "transaction:\(transaction.transactionId)"
+        byOriginal ? Self.claimKey(original: transaction.originalTransactionId) : "transaction:\(transaction.transactionId)"
     }
+
+    private static func claimKey(original: String) -> String { "original:\(original)" }
 
     /// A renewal period seen in an answer becomes a ledger row of the subscription's owner; it carries no
     /// job id, because the job that brought it in may be another customer's. It is `fulfilled` when the
