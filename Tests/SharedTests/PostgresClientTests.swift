@@ -686,4 +686,25 @@ struct PostgresClientTests {
             }
         }
     }
+
+    @Test("a session refuses a second task while a statement runs, and any use after its lease ended, without harming the connection")
+    func sessionIsOneCallersAtATime() async throws {
+        try await TestDatabase.withFresh(connections: 2) { client, _ in
+            try await client.withConnection { session in
+                let slow = Task { try await session.query("SELECT pg_sleep(0.3) AS slept") }
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(10), "the slow statement to run") {
+                    try await client.query("SELECT 1 AS running FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(0.3) AS slept' AND state = 'active'").first != nil ? true : nil
+                }
+                let error = await #expect(throws: PostgresError.self) { try await session.query("SELECT 1") }
+                #expect(error?.code == .misuse)
+                _ = try await slow.value
+                // The refused call left the session as it was: it serves its caller again.
+                #expect(try await session.query("SELECT 2 AS n").first?.decode(Int.self, "n") == 2)
+            }
+            let escaped = try await client.withConnection { $0 }
+            let error = await #expect(throws: PostgresError.self) { try await escaped.query("SELECT 1") }
+            #expect(error?.code == .misuse)
+            #expect(try await client.query("SELECT 3 AS n").first?.decode(Int.self, "n") == 3)
+        }
+    }
 }

@@ -60,7 +60,11 @@ public final class PostgresClient: Sendable {
     /// Leases one connection for the duration of `body`.
     public func withConnection<T>(_ body: (PostgresSession) async throws -> T) async throws -> T {
         let slot = try await self.acquire()
-        defer { self.release(slot) }
+        defer {
+            // A session kept past its lease is refused from here on (``PostgresSession``).
+            slot.lease.add(1, ordering: .releasing)
+            self.release(slot)
+        }
         slot.leased = true
         return try await body(PostgresSession(slot: slot, threadPool: self.threadPool, url: self.url))
     }
@@ -177,13 +181,27 @@ final class PostgresSlot: @unchecked Sendable {
     var connection: PostgresConnection?
     /// Leased and not used yet: the first statement of a lease checks the connection first.
     var leased = false
+    /// Counts the leases that ended; a session belongs to the lease it was made in.
+    let lease = Atomic<Int>(0)
+    /// Set while one of the lease's calls runs.
+    let busy = Atomic<Bool>(false)
 }
 
-/// A leased connection, valid inside `withConnection`/`withTransaction`.
+/// A leased connection, valid inside `withConnection`/`withTransaction`, for one caller at a time. A
+/// statement from a second task while one runs, or after the lease ended (the connection may be another
+/// caller's by then), is refused with ``PostgresError/Code/misuse`` instead of interleaving with it.
 public struct PostgresSession: Sendable {
     let slot: PostgresSlot
     let threadPool: NIOThreadPool
     let url: String
+    private let lease: Int
+
+    init(slot: PostgresSlot, threadPool: NIOThreadPool, url: String) {
+        self.slot = slot
+        self.threadPool = threadPool
+        self.url = url
+        self.lease = slot.lease.load(ordering: .acquiring)
+    }
 
     /// Runs one statement with `$1…` parameters.
     @discardableResult
@@ -233,6 +251,13 @@ public struct PostgresSession: Sendable {
     private func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
         let slot = self.slot
         let url = self.url
+        guard slot.lease.load(ordering: .acquiring) == self.lease else {
+            throw PostgresError(.misuse, "a PostgreSQL session was used after its lease ended")
+        }
+        guard slot.busy.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
+            throw PostgresError(.misuse, "a PostgreSQL session was used by two tasks at once")
+        }
+        defer { slot.busy.store(false, ordering: .releasing) }
         return try await withCheckedThrowingContinuation { continuation in
             self.threadPool.submit { state in
                 guard case .active = state else {

@@ -7,7 +7,7 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     /// What kind of failure this is.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         fileprivate enum Base: String, Hashable, Sendable {
-            case connection, server, decoding, closed
+            case connection, server, decoding, closed, misuse
         }
 
         fileprivate let base: Base
@@ -20,6 +20,8 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
         public static let decoding = Code(base: .decoding)
         /// The client was shut down.
         public static let closed = Code(base: .closed)
+        /// A session was used by two tasks at once, or after its lease (a defect of the caller).
+        public static let misuse = Code(base: .misuse)
 
         public var description: String { self.base.rawValue }
     }
