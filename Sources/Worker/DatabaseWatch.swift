@@ -12,9 +12,10 @@ import Synchronization
 ///
 /// A probe cannot see every outage: a primary whose disk is full answers it, and fails only the writes
 /// that need space. So a probe that passes opens a trial: the consumer runs one job at a time until one
-/// runs without finding PostgreSQL away. A trial job that finds it away again spends its attempt (so a job
-/// that itself makes PostgreSQL fail cannot loop for good), and the next probe waits longer, doubling from
-/// the probe interval up to 30 s.
+/// commits a grant's writes. A job that ends without writing (Apple refused the receipt, or is away; the
+/// catalog may come from the cache) proves nothing and leaves the trial open. A trial job that finds
+/// PostgreSQL away again spends its attempt (so a job that itself makes PostgreSQL fail cannot loop for
+/// good), and the next probe waits longer, doubling from the probe interval up to 30 s.
 final class DatabaseWatch: Sendable {
     private struct State {
         var away = false
@@ -39,8 +40,8 @@ final class DatabaseWatch: Sendable {
         return true
     }
 
-    /// Notes an attempt that ran to its outcome without finding PostgreSQL away: a trial ends.
-    func noteWorked() {
+    /// Notes that PostgreSQL committed a job's writes: a trial ends.
+    func noteWrote() {
         self.state.withLock { state in
             guard state.onTrial, !state.away else { return }
             state.onTrial = false
@@ -62,7 +63,7 @@ final class DatabaseWatch: Sendable {
     /// Whether a job found PostgreSQL away since the last probe that found it back.
     var isAway: Bool { self.state.withLock { $0.away } }
 
-    /// Whether a probe found PostgreSQL back and no job has run through it since: one job at a time.
+    /// Whether a probe found PostgreSQL back and no job has written through it since: one job at a time.
     var isOnTrial: Bool { self.state.withLock { $0.onTrial && !$0.away } }
 
     /// How long to wait before probing, after `failedTrials` trials in a row found PostgreSQL away again.

@@ -23,9 +23,7 @@ struct Fulfiller: Sendable {
     /// an outage), not throws.
     func fulfil(_ job: ReceiptJob, logger: Logger) async -> FulfilmentOutcome {
         do {
-            let outcome = try await self.run(job, logger: logger)
-            self.database.noteWorked()
-            return outcome
+            return try await self.run(job, logger: logger)
         } catch {
             logger.warning("fulfilment interrupted", metadata: ["error": "\(Self.describe(error))"])
             if self.database.note(error) { return .outage(detail: Self.describe(error)) }
@@ -212,6 +210,8 @@ struct Fulfiller: Sendable {
             verifiedAt: verifiedAt
         ))
         WorkerMetrics.step(.grant, ContinuousClock.now - granting)
+        // Every outcome but another customer's claim committed writes (the ledger row, the entitlement).
+        if outcome != .alreadyClaimed { self.database.noteWrote() }
         switch outcome {
         case .granted(let expiresAt):
             // The purchase is the customer's: for a kind claimed by its original transaction, every transaction

@@ -36,14 +36,14 @@ struct DatabaseWatchTests {
         #expect(DatabaseWatch.pause(afterFailedTrials: 1000, interval: interval) == .seconds(30))
     }
 
-    @Test("an attempt that worked changes nothing outside a trial, and an outage is reported as one")
+    @Test("an attempt that wrote changes nothing outside a trial, and an outage is reported as one")
     func workedOutsideTrial() {
         let watch = DatabaseWatch()
-        watch.noteWorked()
+        watch.noteWrote()
         #expect(!watch.isAway && !watch.isOnTrial)
         #expect(watch.note(PostgresError(.server, sqlState: "53100", "could not extend file")))
         #expect(!watch.note(PostgresError(.server, sqlState: "23505", "duplicate key value")))
-        watch.noteWorked()
+        watch.noteWrote()
         #expect(watch.isAway, "only a probe brings it back")
     }
 

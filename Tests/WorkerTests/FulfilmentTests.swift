@@ -163,6 +163,39 @@ struct FulfilmentTests {
         return (transaction, receipt)
     }
 
+    @Test("after PostgreSQL was away, the trial (one job at a time) ends only on a job that wrote to it, not on one that ended without writing")
+    func trialEndsOnAWrite() async throws {
+        try await WorkerHarness.with { harness in
+            try await Self.premium(harness, sharedSecret: "secret")
+            let fulfiller = harness.emulatorFulfiller()
+            let watch = fulfiller.database
+            let logger = Logger(label: "test.worker")
+            // A full disk: PostgreSQL answers the probe, so a trial opens.
+            watch.note(PostgresError(.server, sqlState: "53100", "could not extend file: No space left on device"))
+            #expect(await watch.untilBack(harness.database, logger: logger, stopping: { false }))
+            #expect(watch.isOnTrial)
+
+            func job(_ submission: (transactionId: String, receipt: String)) -> ReceiptJob {
+                ReceiptJob(
+                    jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: "buyer@example.com",
+                    offerId: "PREMIUM", transactionId: submission.transactionId, receiptData: submission.receipt, appType: .ios,
+                    ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
+                )
+            }
+            // Apple answers 21004 (another app's secret): final, and nothing was written.
+            guard case .failed(.sharedSecretMismatch, _) = await fulfiller.fulfil(job(Self.premiumReceipt(sharedSecret: "other")), logger: logger) else {
+                Issue.record("not refused for its shared secret")
+                return
+            }
+            #expect(watch.isOnTrial, "a job that wrote nothing says nothing of the disk")
+            guard case .granted = await fulfiller.fulfil(job(Self.premiumReceipt(sharedSecret: "secret")), logger: logger) else {
+                Issue.record("not granted")
+                return
+            }
+            #expect(!watch.isOnTrial && !watch.isAway, "the grant's commit ends the trial")
+        }
+    }
+
     @Test("a job that failed though its grant committed, requeued: its first attempt finds the grant, whatever Apple answers now")
     func requeuedAfterCommittedGrant() async throws {
         try await WorkerHarness.with { harness in
