@@ -1,13 +1,14 @@
 import Foundation
 import JWTKit
+import Shared
 
 /// Customer tokens: short-lived JWTs (HS256, signed with `TOLLGATE_TOKEN_SECRET`) that a publisher obtains
 /// for one of its customers and hands to an app, so the app can read that customer's access and nothing else.
 ///
 /// A token names its publisher (`aud`) and its customer (`sub`), and expires (`exp`). It also records the
 /// publisher credentials that obtained it (`cre`, ``PublisherCredentials/fingerprint(tokenHash:)``): the
-/// authenticator refuses it once those credentials are rotated. Anything else — another signature, another
-/// algorithm, a missing or past `exp`, a foreign issuer, no `cre` — is refused.
+/// authenticator refuses it once those credentials are rotated. Anything else — another signature, a header
+/// naming another algorithm, a missing or past `exp`, a foreign issuer, no `cre` — is refused.
 struct CustomerTokens: Sendable {
     /// What a valid token says.
     struct Identity: Sendable, Equatable {
@@ -69,11 +70,24 @@ struct CustomerTokens: Sendable {
     /// The identity a token proves, or `nil` for any token that is not valid now.
     func verify(_ token: String) async -> Identity? {
         // Tokens are a few hundred bytes; refuse to parse anything absurd.
-        guard token.utf8.count <= 2048,
+        guard token.utf8.count <= 2048, Self.namesOurAlgorithm(token),
             let payload = try? await self.keys.verify(token, as: Payload.self),
             payload.aud.value.count == 1, let publisherId = UUID(uuidString: payload.aud.value[0]),
             !payload.sub.value.isEmpty, !payload.cre.isEmpty
         else { return nil }
         return Identity(publisherId: publisherId, customerEmail: payload.sub.value, credentials: payload.cre)
+    }
+
+    /// Whether the token's header names HS256, the one algorithm tokens are signed with. JWTKit checks the
+    /// signature with its only key whatever `alg` says, so a header naming another algorithm (`none`,
+    /// `HS512`) would pass on an HS256 signature; RFC 8725 §3.1 asks for the algorithm to be checked.
+    static func namesOurAlgorithm(_ token: String) -> Bool {
+        guard let dot = token.utf8.firstIndex(of: UInt8(ascii: ".")) else { return false }
+        var base64 = String(token[..<dot]).replacing("-", with: "+").replacing("_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
+        guard let header = Data(base64Encoded: base64),
+            let fields = header.withUnsafeBytes({ JSONValue.object($0, maxDepth: 2) })
+        else { return false }
+        return fields["alg"] == .string("HS256")
     }
 }

@@ -134,13 +134,17 @@ struct CustomerTokenTests {
             var unboundClaims = claims
             unboundClaims["cre"] = nil
             let unboundSigned = [parts[0], Self.base64URLEncode(try JSONSerialization.data(withJSONObject: unboundClaims))].joined(separator: ".")
-            let signature = HMAC<SHA256>.authenticationCode(for: Data(unboundSigned.utf8), using: SymmetricKey(data: Data(Self.secret.utf8)))
-            let unbound = unboundSigned + "." + Self.base64URLEncode(Data(signature))
+            let unbound = Self.signed(unboundSigned)
+            // Signed with the right secret (HMAC-SHA256), under a header naming another algorithm.
+            let otherAlgorithms = [#"{"alg":"HS512","typ":"JWT"}"#, #"{"alg":"none","typ":"JWT"}"#, #"{"typ":"JWT"}"#].map {
+                Self.signed([Self.base64URLEncode(Data($0.utf8)), parts[1]].joined(separator: "."))
+            }
 
             for (name, token) in [
                 ("expired", expired), ("foreign secret", foreignSecret), ("unknown publisher", unknownPublisher),
                 ("tampered", tampered), ("alg none", unsigned), ("truncated", truncated), ("garbage", "not-a-token"),
                 ("huge", String(repeating: "a", count: 10_000)), ("other credentials", otherCredentials), ("no credentials claim", unbound),
+                ("header HS512", otherAlgorithms[0]), ("header none, signed", otherAlgorithms[1]), ("header without alg", otherAlgorithms[2]),
             ] {
                 let access = try await Self.bearerAccess(api, token)
                 expectError(access, .unauthorized, code: "unauthorized")
@@ -272,6 +276,12 @@ struct CustomerTokenTests {
         }
     }
 
+    /// `signingInput` (header and claims, encoded) signed with HMAC-SHA256 under `secret`, as a token.
+    static func signed(_ signingInput: String, secret: String = Self.secret) -> String {
+        let signature = HMAC<SHA256>.authenticationCode(for: Data(signingInput.utf8), using: SymmetricKey(data: Data(secret.utf8)))
+        return signingInput + "." + Self.base64URLEncode(Data(signature))
+    }
+
     static func base64URLEncode(_ data: Data) -> String {
         data.base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
@@ -294,9 +304,6 @@ struct CustomerTokenTests {
         // The signature is HMAC-SHA256 of header.payload under the secret as given, as any JWT library checks it.
         let parts = token.split(separator: ".")
         try #require(parts.count == 3)
-        let mac = HMAC<SHA256>.authenticationCode(for: Data("\(parts[0]).\(parts[1])".utf8), using: SymmetricKey(data: Data(secret.utf8)))
-        let expected = Data(mac).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-        #expect(String(parts[2]) == expected)
+        #expect(token == Self.signed("\(parts[0]).\(parts[1])", secret: secret))
     }
 }
