@@ -102,7 +102,9 @@ final class RedisConnection {
                 return .success(.reply(Self.decode(raw.assumingMemoryBound(to: redisReply.self))))
             }
             switch self.wait(for: POLLIN, on: context.pointee.fd, timeoutMilliseconds: timeoutMilliseconds) {
-            case .failure(let error): return .failure(error)
+            case .failure(let error):
+                self.drop()
+                return .failure(error)
             case .success(.timedOut): return .success(.idle)
             case .success(.woken): return .success(.woken)
             case .success(.ready): break
