@@ -181,7 +181,7 @@ struct JobProcessor: Sendable {
         case .outage(let detail):
             // PostgreSQL away is no fault of the job's: the attempt is taken back, and only the age limit ends it.
             guard self.retry.allowsAnotherAttempt(after: attempt - 1, ageMilliseconds: now - acceptedAt) else {
-                return try await self.deadLetter(delivery, job: job, reason: .internal, detail: detail, now: now, logger: logger)
+                return try await self.deadLetterUndecided(delivery, job: job, reason: .internal, detail: detail, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
             }
             let due = self.retry.due(afterAttempt: attempt, now: now, acceptedAt: acceptedAt)
             let parking = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: .internal, now: now, counts: false)
@@ -225,10 +225,32 @@ struct JobProcessor: Sendable {
                         return
                     }
                     try await self.finishRejected(delivery, job: job, reason: final, environment: nil, expiresAt: nil, now: now, logger: logger)
+                case .failed(let final) where reason == .internal:
+                    try await self.deadLetterUndecided(delivery, job: job, reason: final, detail: detail, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
                 case .failed(let final):
                     try await self.deadLetter(delivery, job: job, reason: final, detail: detail, now: now, logger: logger)
                 }
             }
+        }
+    }
+
+    /// Dead-letters a job out of attempts or time on an outcome a database failure left undecided (PostgreSQL
+    /// away, a timeout): the attempt may have committed its grant and lost only the COMMIT's answer, and no
+    /// later attempt will look. So PostgreSQL is asked first, as for a poison job: its grant is recorded;
+    /// while it cannot tell, the entry stays pending and a claim asks again.
+    private func deadLetterUndecided(
+        _ delivery: QueueDelivery, job: ReceiptJob, reason: JobReason, detail: String, attempt: Int, acceptedAt: Int, logger: Logger
+    ) async throws {
+        switch await self.fulfiller.committed(job, logger: logger) {
+        case let committed?:
+            guard case .granted = committed else {
+                logger.warning("out of attempts, but PostgreSQL cannot tell whether the job's grant committed; leaving it for a later claim")
+                return
+            }
+            logger.info("out of attempts, but its grant committed (the answer was lost); recording it")
+            try await self.recordOnce(committed, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
+        case nil:
+            try await self.deadLetter(delivery, job: job, reason: reason, detail: detail, now: self.queue.clock.nowMilliseconds(), logger: logger)
         }
     }
 

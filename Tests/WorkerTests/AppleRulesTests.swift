@@ -472,6 +472,54 @@ struct AppleRulesTests {
         }
     }
 
+    @Test("a job out of time whose last attempt found PostgreSQL away: granted when PostgreSQL holds its grant (the COMMIT's answer lost), left for a claim while it cannot tell, never failed", arguments: [true, false])
+    func outOfTimeAfterOutage(postgresAnswers: Bool) async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle, selling: [.premium])
+            let transaction = ScenarioReceipt.transactionId()
+            // Accepted longer ago than the policy's age limit: its first outcome that is not final ends it.
+            let job = ReceiptJob(
+                jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "PREMIUM",
+                transactionId: transaction, receiptData: ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)]),
+                appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds() - harness.retry.maxAgeSeconds * 1000 - 60_000
+            )
+            guard case .created = try await harness.queue.enqueue(job, keyTTLSeconds: 3600) else { throw ManagedProcess.Failure("not created") }
+            // Its grant commits, and the attempt that committed it sees PostgreSQL go away (a failover cut the COMMIT's answer).
+            guard case .granted = await harness.emulatorFulfiller().fulfil(job, logger: Logger(label: "test.worker")) else {
+                Issue.record("not granted")
+                return
+            }
+            let delivery = try #require(try await harness.queue.readNew(consumer: "test", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
+            if postgresAnswers {
+                // The attempt's ledger write fails as on a full disk (an outage); its grant is there to read.
+                try await harness.database.query("""
+                    CREATE FUNCTION tg_test_out_of_space() RETURNS trigger LANGUAGE plpgsql AS $$
+                    BEGIN RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = 'disk_full'; END $$
+                    """)
+                try await harness.database.query(
+                    "CREATE TRIGGER tg_test_out_of_space BEFORE UPDATE ON transactions FOR EACH ROW EXECUTE FUNCTION tg_test_out_of_space()"
+                )
+                await harness.processor.process(delivery)
+                #expect(try await harness.record(job.jobId).status == .granted)
+            } else {
+                let missing = try Self.missingDatabase()
+                try await TestEnvironment.using(missing) {
+                    let away = JobProcessor(
+                        queue: harness.queue,
+                        fulfiller: Fulfiller(catalog: CatalogStore(database: missing), grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple),
+                        retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60), logger: Logger(label: "test.worker")
+                    )
+                    await away.process(delivery)
+                }
+                #expect(try await harness.record(job.jobId).status == .processing, "left pending for a claim")
+                // Once PostgreSQL answers, a claim finds the grant.
+                try await Self.claimAsPeer(harness, jobId: job.jobId)
+                #expect(try await harness.record(job.jobId).status == .granted)
+            }
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
+        }
+    }
+
     @Test("a poison job whose grant lookup keeps failing, not for an outage, is left for a claim a few times, then dead-lettered")
     func poisonLookupKeepsFailing() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
