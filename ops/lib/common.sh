@@ -216,6 +216,14 @@ tg_port_owner() {
   fi
 }
 
+# The pid of the process listening on PORT, or nothing when ss cannot tell.
+tg_port_pid() {
+  local line
+  line="$(ss -Hltnp "sport = :$1" 2>/dev/null | head -n 1)"
+  [[ "$line" =~ users:\(\(\"[^\"]*\",pid=([0-9]+) ]] && printf '%s' "${BASH_REMATCH[1]}"
+  return 0
+}
+
 # Run CHECK... every INTERVAL seconds until it succeeds, for at most SECONDS; WHAT names the wait in the
 # error. Optional PID (or ""): fail early when that process has exited.
 tg_wait_until() {
