@@ -188,14 +188,27 @@ tg_drop_product_env() {
   done
 }
 
-# A free TCP port on 127.0.0.1, chosen by the kernel.
+# A free TCP port on 127.0.0.1 for a server started later, taken below the kernel's range for outgoing
+# connections (ip_local_port_range): a client socket opened meanwhile (libpq, hiredis, wrk, the API's
+# pools) could take a port from that range and make the server's bind fail, minutes after the choice.
+# Falls back to a port the kernel picks when that range starts too low to leave room.
 tg_free_port() {
   python3 - <<'PY'
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
+import random, socket
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as source:
+        ephemeral = int(source.read().split()[0])
+except (OSError, ValueError, IndexError):
+    ephemeral = 32768
+candidates = random.sample(range(10000, ephemeral), min(200, ephemeral - 10000)) if ephemeral > 11000 else []
+for port in candidates + [0]:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        print(s.getsockname()[1])
+        break
 PY
 }
 
