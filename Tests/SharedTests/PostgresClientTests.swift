@@ -169,7 +169,7 @@ struct PostgresClientTests {
                 try await session.query("BEGIN")
                 try await session.query("ROLLBACK")
             }
-            try await client.withTransaction { session in try await session.query("INSERT INTO t VALUES (2)") }
+            _ = try await client.withTransaction { session in try await session.query("INSERT INTO t VALUES (2)") }
             #expect(try await client.query("SELECT count(*)::int AS n FROM t").first?.decode(Int.self, "n") == 1)
         }
     }
