@@ -707,4 +707,20 @@ struct PostgresClientTests {
             #expect(try await client.query("SELECT 3 AS n").first?.decode(Int.self, "n") == 3)
         }
     }
+
+    @Test("a statement a kept session started inside its lease ends before the connection serves the next lease")
+    func leaseEndsAfterItsLastCall() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            let stray = try await client.withConnection { session in
+                let stray = Task { try await session.query("SELECT pg_sleep(0.3) AS slept") }
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the stray statement to start") {
+                    session.slot.use.withLock { $0.busy } ? true : nil
+                }
+                return stray
+            }
+            // The one connection: the next lease waits for the stray statement, instead of meeting it.
+            #expect(try await client.query("SELECT 3 AS n").first?.decode(Int.self, "n") == 3)
+            _ = try await stray.value
+        }
+    }
 }

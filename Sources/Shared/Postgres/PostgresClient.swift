@@ -60,13 +60,18 @@ public final class PostgresClient: Sendable {
     /// Leases one connection for the duration of `body`.
     public func withConnection<T>(_ body: (PostgresSession) async throws -> T) async throws -> T {
         let slot = try await self.acquire()
-        defer {
-            // A session kept past its lease is refused from here on (``PostgresSession``).
-            slot.lease.add(1, ordering: .releasing)
-            self.release(slot)
-        }
         slot.leased = true
-        return try await body(PostgresSession(slot: slot, threadPool: self.threadPool, url: self.url))
+        let result: Result<T, any Error>
+        do {
+            result = .success(try await body(PostgresSession(slot: slot, threadPool: self.threadPool, url: self.url)))
+        } catch {
+            result = .failure(error)
+        }
+        // A session kept past its lease is refused from here on, and a call it started in the lease ends
+        // before the slot serves another (``PostgresSession``).
+        await slot.endLease()
+        self.release(slot)
+        return try result.get()
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
@@ -175,21 +180,61 @@ public final class PostgresClient: Sendable {
 
 /// A pool slot: holds a connection (or none yet, or none after it broke).
 ///
-/// `@unchecked Sendable`: a slot is leased to one caller at a time by ``PostgresClient``, and that caller
-/// awaits each blocking call before making the next, so neither property is ever touched concurrently.
+/// `@unchecked Sendable`: a slot is leased to one caller at a time by ``PostgresClient``; one call of the
+/// lease runs at a time (`use`), and the lease ends only once that call has (`endLease`), so neither
+/// `connection` nor `leased` is ever touched concurrently.
 final class PostgresSlot: @unchecked Sendable {
     var connection: PostgresConnection?
     /// Leased and not used yet: the first statement of a lease checks the connection first.
     var leased = false
-    /// Counts the leases that ended; a session belongs to the lease it was made in.
-    let lease = Atomic<Int>(0)
-    /// Set while one of the lease's calls runs.
-    let busy = Atomic<Bool>(false)
+
+    struct Use {
+        /// Counts the leases that ended; a session belongs to the lease it was made in.
+        var lease = 0
+        /// Set while one of the lease's calls runs.
+        var busy = false
+        /// The owner of a lease that ended while a call ran, waiting for that call to end.
+        var ending: CheckedContinuation<Void, Never>?
+    }
+
+    let use = Mutex(Use())
+
+    /// Starts a call of a session made in lease `lease`: refused when that lease ended, or while another call runs.
+    func beginCall(lease: Int) throws(PostgresError) {
+        try self.use.withLock { use throws(PostgresError) in
+            guard use.lease == lease else { throw PostgresError(.misuse, "a PostgreSQL session was used after its lease ended") }
+            guard !use.busy else { throw PostgresError(.misuse, "a PostgreSQL session was used by two tasks at once") }
+            use.busy = true
+        }
+    }
+
+    func endCall() {
+        let ending = self.use.withLock { use in
+            use.busy = false
+            defer { use.ending = nil }
+            return use.ending
+        }
+        ending?.resume()
+    }
+
+    /// Ends the lease: no call of it starts from now on, and one still running (from a task that kept the
+    /// session) ends before this returns.
+    func endLease() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let running = self.use.withLock { use in
+                use.lease += 1
+                if use.busy { use.ending = continuation }
+                return use.busy
+            }
+            if !running { continuation.resume() }
+        }
+    }
 }
 
 /// A leased connection, valid inside `withConnection`/`withTransaction`, for one caller at a time. A
 /// statement from a second task while one runs, or after the lease ended (the connection may be another
-/// caller's by then), is refused with ``PostgresError/Code/misuse`` instead of interleaving with it.
+/// caller's by then), is refused with ``PostgresError/Code/misuse`` instead of interleaving with it. A call
+/// that started inside the lease ends before the connection serves the next one.
 public struct PostgresSession: Sendable {
     let slot: PostgresSlot
     let threadPool: NIOThreadPool
@@ -200,7 +245,7 @@ public struct PostgresSession: Sendable {
         self.slot = slot
         self.threadPool = threadPool
         self.url = url
-        self.lease = slot.lease.load(ordering: .acquiring)
+        self.lease = slot.use.withLock { $0.lease }
     }
 
     /// Runs one statement with `$1…` parameters.
@@ -251,13 +296,8 @@ public struct PostgresSession: Sendable {
     private func run<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) throws -> T) async throws -> T {
         let slot = self.slot
         let url = self.url
-        guard slot.lease.load(ordering: .acquiring) == self.lease else {
-            throw PostgresError(.misuse, "a PostgreSQL session was used after its lease ended")
-        }
-        guard slot.busy.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else {
-            throw PostgresError(.misuse, "a PostgreSQL session was used by two tasks at once")
-        }
-        defer { slot.busy.store(false, ordering: .releasing) }
+        try slot.beginCall(lease: self.lease)
+        defer { slot.endCall() }
         return try await withCheckedThrowingContinuation { continuation in
             self.threadPool.submit { state in
                 guard case .active = state else {
