@@ -101,8 +101,9 @@ public final class PostgresClient: Sendable {
     }
 
     /// Fails waiters, refuses new leases, closes the idle connections on the client's threads (so the
-    /// server sees them end) and stops those threads once their queued work is done. A connection
-    /// leased at that moment is closed when it is returned, on those threads if they still run.
+    /// server sees them end) and stops those threads; work queued on them and not yet started is
+    /// cancelled. A connection leased at that moment is closed when it is returned, on those threads if
+    /// they still run, else when the client is freed.
     public func shutdown() async {
         let (waiters, idle) = self.state.withLock { state in
             state.closed = true
@@ -169,8 +170,8 @@ public final class PostgresClient: Sendable {
         }
         waiter?.continuation.resume(returning: slot)
         if closed {
-            // Returned after shutdown: closed on the client's threads while they still run (shutdown
-            // waits for what is queued); else it closes when the client is freed.
+            // Returned after shutdown: closed on the client's threads while they still run; else (they
+            // stopped, or cancelled this before it ran) it closes when the client is freed.
             self.threadPool.submit { state in
                 if case .active = state { slot.connection = nil }
             }
