@@ -553,6 +553,12 @@ struct GrantStoreTests {
         }
     }
 
+    /// The first two periods of one new subscription (see ``subscription(_:endingInDays:)``).
+    static func twoPeriods(_ now: Date, endingInDays first: Double, _ second: Double) -> (AppleTransaction, AppleTransaction) {
+        let periods = Self.subscription(now, endingInDays: first, second)
+        return (periods[0], periods[1])
+    }
+
     /// A period of a subscription, bought 30 days before it ends unless `bought` says when.
     static func period(_ original: String, _ id: String, ends: Date, bought: Date? = nil, cancelled: Date? = nil) -> AppleTransaction {
         AppleTransaction(
@@ -566,8 +572,7 @@ struct GrantStoreTests {
     func renewalEvidenceExtends() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let periods = Self.subscription(now, endingInDays: 10, 40)
-            let (first, renewal) = (periods[0], periods[1])
+            let (first, renewal) = Self.twoPeriods(now, endingInDays: 10, 40)
             _ = try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first]))
             // Another customer's receipt lists the renewal: the owner's access follows it.
             let applied = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [first, renewal]))
@@ -677,8 +682,7 @@ struct GrantStoreTests {
     func refundAndStaleRenewalQueued(refundFirst: Bool, periodInLedger: Bool) async throws {
         try await Self.withWorld(connections: 4) { world in
             let now = Date()
-            let periods = Self.subscription(now, endingInDays: 10, 40)
-            let (first, second) = (periods[0], periods[1])
+            let (first, second) = Self.twoPeriods(now, endingInDays: 10, 40)
             let counted = periodInLedger ? [first, second] : [first]
             #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: counted)).isGranted)
             var refunded = second
@@ -732,8 +736,7 @@ struct GrantStoreTests {
     func staleAnswerNamingRefundedPeriod() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let periods = Self.subscription(now, endingInDays: 10, 40)
-            let (first, second) = (periods[0], periods[1])
+            let (first, second) = Self.twoPeriods(now, endingInDays: 10, 40)
             var refunded = first
             refunded.cancellationDateMilliseconds = Self.ms(now)
             _ = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [refunded]))
@@ -805,8 +808,7 @@ struct GrantStoreTests {
     func ledgerRowChangesHandsWithTheClaim() async throws {
         try await Self.withWorld { world in
             let now = Date()
-            let periods = Self.subscription(now, endingInDays: -5, 29)
-            let (lapsed, again) = (periods[0], periods[1])
+            let (lapsed, again) = Self.twoPeriods(now, endingInDays: -5, 29)
             #expect(try await world.grants.grant(world.request("a@example.com", world.subscription, lapsed, renewals: [lapsed])) == .expired(expiresAt: Self.date(lapsed.expiresDateMilliseconds)))
 
             // The same Apple ID subscribes again; another customer submits it, naming the lapsed period.
