@@ -56,9 +56,11 @@ struct VerifyReceiptRouteTests {
             #expect(consumable["cancellation_date_ms"] as? String == "1701000000000")
             #expect(consumable["cancellation_reason"] as? String == "0")
 
-            // Without latestReceiptInfo, the subscriptions among in_app are the latest receipt info.
+            // Without latestReceiptInfo, a receipt that holds a subscription lists every transaction there,
+            // the consumable too, as Apple does.
             let latest = Fixtures.objects(answer, "latest_receipt_info")
-            #expect(latest.map { $0["transaction_id"] as? String } == ["2000000000000001"])
+            #expect(latest.map { $0["transaction_id"] as? String } == ["2000000000000001", "2000000000000002"])
+            #expect(latest.last?["cancellation_date_ms"] as? String == "1701000000000")
             #expect(answer["latest_receipt"] as? String == Fixtures.receiptData(scenario))
             #expect(answer["pending_renewal_info"] == nil)
         }

@@ -490,4 +490,37 @@ struct AppleRulesRefundTests {
             #expect(try await harness.count("wallet_entries") == 2)
         }
     }
+    @Test("a consumable bought beside a subscription, listed in both of Apple's arrays, is credited once; a refund that only latest_receipt_info shows is reversed once")
+    func consumableBesideSubscription() async throws {
+        try await WorkerHarness.rules(Self.bundle, selling: .coins100, .monthly) { harness in
+            let now = Millis.now
+            let monthly = ScenarioEntry("monthly", ScenarioReceipt.transactionId(), purchase: now - Millis.day, expires: now + 29 * Millis.day)
+            let coins = ScenarioReceipt.transactionId()
+            let bought = ScenarioEntry("coins100", coins, purchase: now - 1000)
+            // The receipt holds a subscription, so the emulator lists both purchases in latest_receipt_info too.
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, entries: [monthly, bought])
+            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "COINS100", transactionId: coins, receipt: receipt)).status == .granted)
+            #expect(try await harness.balance() == 100)
+
+            // in_app is the receipt as the device signed it, before the refund; latest_receipt_info is Apple's
+            // state now.
+            var refunded = bought
+            refunded.cancellationDateMs = now - 500
+            let refundedReceipt = ScenarioReceipt.make(
+                bundleId: Self.bundle, entries: [monthly, bought], extra: ["latestReceiptInfo": [monthly, refunded].map { $0.json(numbers: false) }]
+            )
+            for _ in 0..<2 {
+                let record = try await harness.workUntilFinal(
+                    try await harness.inject(offerId: "MONTHLY", transactionId: monthly.transactionId, receipt: refundedReceipt)
+                )
+                #expect(record.status == .granted)
+            }
+            #expect(try await harness.balance() == 0)
+            #expect(try await harness.walletEntries() == [
+                .init(customerEmail: WorkerHarness.buyer, transactionId: coins, kind: "credit", coins: 100),
+                .init(customerEmail: WorkerHarness.buyer, transactionId: coins, kind: "reversal", coins: -100),
+            ])
+            #expect(try await harness.ledgerRow(coins)?.state == "invalidated")
+        }
+    }
 }

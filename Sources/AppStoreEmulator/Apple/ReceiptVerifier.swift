@@ -46,7 +46,10 @@ struct ReceiptVerifier: Sendable {
         let inApp = scenario.inApp.map { AppleInAppTransaction($0, nowMs: nowMs) }
         answer.receipt = AppleReceipt(scenario, inApp: inApp, nowMs: nowMs)
 
-        var latest = scenario.latestReceiptInfo ?? scenario.inApp.filter { $0.expiresDateMs != nil }
+        // Apple returns latest_receipt_info only for a receipt that holds an auto-renewable subscription,
+        // and then lists every transaction of the receipt in it, not only the subscription's.
+        let holdsSubscription = scenario.inApp.contains { $0.expiresDateMs != nil }
+        var latest = scenario.latestReceiptInfo ?? (holdsSubscription ? scenario.inApp : [])
         if request.excludeOldTransactions == true {
             latest = Self.newestPerOriginalTransaction(latest, nowMs: nowMs)
         }

@@ -7,7 +7,9 @@ public struct AppleAnswer: Sendable, Equatable {
     public var environment: String?
     /// `receipt`, present for status 0 (and 21006).
     public var receipt: AppleReceipt?
-    /// `latest_receipt_info`: every transaction of the receipt's subscriptions, renewals included.
+    /// `latest_receipt_info`: for a receipt that holds an auto-renewable subscription, Apple's current view of
+    /// every transaction in it (renewals and other products included), which may show a refund `in_app`,
+    /// signed on the device before it, does not.
     public var latestReceiptInfo: [AppleTransaction]
     /// `pending_renewal_info`.
     public var pendingRenewalInfo: [PendingRenewalInfo]
