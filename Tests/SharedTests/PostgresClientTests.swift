@@ -495,6 +495,27 @@ struct PostgresClientTests {
         }
     }
 
+    @Test("transactions run at READ COMMITTED, which the grants rely on, whatever isolation the database or the URL defaults to")
+    func readCommittedWhateverTheDefault() async throws {
+        let base = try await TestEnvironment.freshDatabase()
+        let owner = PostgresClient(url: base, connections: 1)
+        try await TestEnvironment.using(owner) {
+            // The database's name is generated hex (TestEnvironment.freshDatabase), never input.
+            let name = try #require(try await owner.query("SELECT current_database() AS name").first).decode(String.self, "name")
+            try await owner.query("ALTER DATABASE \(name) SET default_transaction_isolation = 'repeatable read'")
+        }
+        let serializable = try Self.url(base, adding: [URLQueryItem(name: "options", value: "-c default_transaction_isolation=serializable")])
+        for url in [base, serializable] {
+            let client = PostgresClient(url: url, connections: 1)
+            try await TestEnvironment.using(client) {
+                let level = try await client.withTransaction { session in
+                    try #require(try await session.query("SHOW transaction_isolation").first).decode(String.self, "transaction_isolation")
+                }
+                #expect(level == "read committed", "\(url == base ? "the database's default" : "the URL's options")")
+            }
+        }
+    }
+
     @Test("a transaction whose connection broke is rolled back without opening a new connection for it")
     func rollbackAfterBrokenConnection() async throws {
         let name = "tollgate-test-rollback"

@@ -37,19 +37,22 @@ final class PostgresConnection {
     var defaultAnswerDeadline: Duration? { self.statementTimeout.map { $0 + Self.answerGrace } }
 
     /// Connects with a `postgres://` URL; sessions run in UTC with ISO dates, hex bytea and UTF-8 so
-    /// values parse back. Defaults the URL may override: TCP keepalives and a user timeout, which end a
-    /// call to a server that vanished (a failover, a dropped network) in about 30 s rather than hours,
-    /// the connect timeout, the application name, and ``defaultStatementTimeout``.
+    /// values parse back, and at READ COMMITTED. Defaults the URL may override: TCP keepalives and a user
+    /// timeout, which end a call to a server that vanished (a failover, a dropped network) in about 30 s
+    /// rather than hours, the connect timeout, the application name, and ``defaultStatementTimeout``.
     init(url: String) throws {
         // expand_dbname = 1: the first "dbname" is a URL; what it sets overrides the keywords before it,
         // and the keywords after it override what it sets. Only `options` comes after: the URL's own
-        // options, then the settings values are parsed back with, which must win.
+        // options, then the settings values are parsed back with and the isolation level, which must win.
         let keywords = [
             "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "application_name", "connect_timeout",
             "dbname", "client_encoding", "options",
         ]
         let options = [
             "-c statement_timeout=\(Self.defaultStatementTimeout)", Self.urlOptions(url), "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex",
+            // The grants' SQL relies on each statement seeing what committed before it (the purchase locks):
+            // a role's or database's REPEATABLE READ default would let a refund miss the grant it waited on.
+            #"-c default_transaction_isolation=read\ committed"#,
         ].filter { !$0.isEmpty }.joined(separator: " ")
         self.statementTimeout = Self.statementTimeout(in: options)
         let values = ["10", "5", "3", "30000", "tollgate", "10", url, "UTF8", options]
