@@ -1078,6 +1078,27 @@ struct GrantStoreTests {
         }
     }
 
+    @Test("a pass granted while the product's days change is granted and recorded with the days the worker sold it with, and keeps them")
+    func passDaysChangedDuringGrant() async throws {
+        try await Self.withWorld { world in
+            let now = Date()
+            // The worker's catalog still says 30 days; PostgreSQL already says 7.
+            _ = try await world.catalog.updateProduct(id: world.pass.id, ProductPatch(durationDays: 7))
+            let pass = AppleTransaction(productId: "pass.30days", transactionId: Fixtures.transactionId(), purchaseDateMilliseconds: Self.ms(now))
+            let sold = Self.date(pass.purchaseDateMilliseconds).addingTimeInterval(30 * Self.day)
+            guard case .granted(let end) = try await world.grants.grant(world.request("a@example.com", world.pass, pass, verifiedAt: now)) else {
+                Issue.record("the pass was not granted")
+                return
+            }
+            #expect(Self.close(end, sold))
+            #expect(Self.close(try await world.access("a@example.com", world.pass).expiresAt, sold))
+            let recorded = try #require(try await world.database.query(
+                "SELECT duration_days FROM transactions WHERE transaction_id = $1", [pass.transactionId]
+            ).first).decode(Int?.self, "duration_days")
+            #expect(recorded == 30)
+        }
+    }
+
     @Test("refunding one of two stacked passes keeps the other's days", arguments: ["first", "second"])
     func refundOneStackedPass(_ refunded: String) async throws {
         try await Self.withWorld { world in

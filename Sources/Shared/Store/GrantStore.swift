@@ -167,8 +167,8 @@ public struct GrantStore: Sendable {
                 // after the passes bought before it and a subscription to the offer as it stood at the
                 // purchase. The access running now is never shortened.
                 let passes = try await Self.passes(
-                    publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, without: nil, with: ledger.id,
-                    session: session
+                    publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, without: nil,
+                    with: (ledger.id, request.product.durationDays), session: session
                 )
                 let periods = try await Self.subscriptionPeriods(
                     publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, session: session
@@ -719,20 +719,23 @@ public struct GrantStore: Sendable {
     }
 
     /// The customer's non-renewing passes for an offer that are granted and not refunded, but `without`
-    /// and with `with`, in the order they were bought.
+    /// and with the pass being granted, in the order they were bought. The pass being granted counts with the
+    /// days it is recorded with, those of the worker's catalog, though PostgreSQL's may have changed since.
     private static func passes(
-        publisherId: UUID, customerEmail: String, offerId: String, without: Int64?, with: Int64?, session: PostgresSession
+        publisherId: UUID, customerEmail: String, offerId: String, without: Int64?, with granting: (id: Int64, days: Int?)?,
+        session: PostgresSession
     ) async throws -> [Pass] {
         try await session.query(
             """
-            SELECT t.id, COALESCE(t.purchase_date, t.verified_at) AS purchased, COALESCE(t.duration_days, p.duration_days) AS duration_days
+            SELECT t.id, COALESCE(t.purchase_date, t.verified_at) AS purchased,
+                COALESCE(CASE WHEN t.id = $5 THEN $6::integer END, t.duration_days, p.duration_days) AS duration_days
             FROM transactions t
             JOIN products p ON p.id = t.product_ref
             WHERE t.publisher_id = $1 AND t.customer_email = $2 AND t.offer_id = $3 AND p.kind = 'non_renewing'
               AND (t.id = $5 OR (t.id IS DISTINCT FROM $4 AND t.state = 'fulfilled' AND t.cancellation_date IS NULL))
             ORDER BY purchased, t.id
             """,
-            [publisherId, customerEmail, offerId, without, with]
+            [publisherId, customerEmail, offerId, without, granting?.id, granting?.days]
         ).rows.map {
             Pass(id: try $0.decode(Int64.self, "id"), purchased: try $0.decode(Date.self, "purchased"), days: try $0.decode(Int.self, "duration_days"))
         }
