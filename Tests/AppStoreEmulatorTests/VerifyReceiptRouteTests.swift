@@ -116,6 +116,16 @@ struct VerifyReceiptRouteTests {
         }
     }
 
+    @Test("a forced 21007 or 21008 answers only its status, as Apple's redirects do", arguments: [21007, 21008])
+    func forcedRedirectStatus(_ status: Int) async throws {
+        let receipt = Fixtures.receiptData(#"{"bundleId":"a","status":\#(status)}"#)
+        try await Fixtures.makeApplication().test(.router) { client in
+            let answer = try Fixtures.object(try await client.verify(receipt).body)
+            #expect(answer["status"] as? Int == status)
+            #expect(answer.count == 1, "\(answer)")
+        }
+    }
+
     @Test("receipt data that is not base64 of a scenario answers 21002", arguments: [
         "not base64!",
         "",

@@ -6,7 +6,8 @@ struct ReceiptVerifier: Sendable {
     /// Apple's answer to `request`, which carries `scenario`, posted to the `endpoint` environment's route at `nowMs`.
     ///
     /// Order: wrong environment (21007/21008), then the shared secret (21004), then a forced status,
-    /// then the full receipt. A forced 21006 keeps the full receipt, as Apple's expired-subscription answer does.
+    /// then the full receipt. A forced 21006 keeps the full receipt, as Apple's expired-subscription answer does;
+    /// a forced 21007 or 21008 is only its status, as the wrong environment's.
     func answer(
         scenario: Scenario,
         request: VerifyReceiptRequest,
@@ -20,6 +21,10 @@ struct ReceiptVerifier: Sendable {
             return AppleVerifyReceiptResponse(status: 21004, environment: scenario.environment)
         }
         if let status = scenario.status, status != 0 {
+            // Apple's "wrong environment" answers carry nothing else, whoever asks for them.
+            if [AppleEnvironment.production, .sandbox].map(\.wrongEndpointStatus).contains(status) {
+                return .status(status)
+            }
             var answer = AppleVerifyReceiptResponse(status: status, environment: scenario.environment)
             if let isRetryable = scenario.isRetryable {
                 answer.isRetryable = isRetryable

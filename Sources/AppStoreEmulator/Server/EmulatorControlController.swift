@@ -25,8 +25,7 @@ struct EmulatorControlController: Sendable {
             try await self.updateConfig(request)
         }
         router.post("/emulator/reset") { _, _ in
-            await self.state.reset()
-            return try JSONAnswer.response(await self.state.currentStats())
+            try JSONAnswer.response(await self.state.reset())
         }
     }
 

@@ -74,10 +74,12 @@ actor EmulatorState {
         stats
     }
 
-    /// Zeroes the call counters and forgets every scenario's served failures; the settings stay.
-    func reset() {
+    /// Zeroes the call counters and forgets every scenario's served failures; the settings stay. Returns
+    /// the zeroed counters, so an answer shows them before any call that follows counts.
+    func reset() -> EmulatorStats {
         stats = EmulatorStats()
         scenarioFailures = [:]
+        return stats
     }
 
     /// Ends every current and future hold (`timeout` mode, latency) early; called when a stop signal arrives.
