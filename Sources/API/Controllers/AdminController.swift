@@ -218,7 +218,10 @@ struct AdminController {
     }
 
     @Sendable func listProducts(_ request: Request, context: TollgateRequestContext) async throws -> Response {
-        guard let raw = request.uri.queryParameters["publisherId"].map(String.init) else { throw APIError.missingField("publisherId") }
+        // Empty is missing, as an empty string field of a body is.
+        guard let raw = request.uri.queryParameters["publisherId"].map(String.init), !raw.isEmpty else {
+            throw APIError.missingField("publisherId")
+        }
         guard let publisherId = UUID(uuidString: raw) else { throw APIError.notFound }
         guard try await self.services.catalog.publisherExists(publisherId) else { throw APIError.notFound }
         let products = try await self.services.catalog.products(publisherId: publisherId)

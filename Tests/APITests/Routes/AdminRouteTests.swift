@@ -345,6 +345,7 @@ struct AdminRouteTests {
             #expect(Set(other.compactMap { $0["id"] as? String }).isDisjoint(with: Set(a.productIds.values)))
 
             expectError(try await api.admin(.get, "/admin/v1/products"), .badRequest, code: "missing_field", field: "publisherId")
+            expectError(try await api.admin(.get, "/admin/v1/products?publisherId="), .badRequest, code: "missing_field", field: "publisherId")
             expectError(try await api.admin(.get, "/admin/v1/products?publisherId=\(UUID())"), .notFound, code: "not_found")
             expectError(try await api.admin(.get, "/admin/v1/products?publisherId=nope"), .notFound, code: "not_found")
         }
