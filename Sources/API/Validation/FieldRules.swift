@@ -62,14 +62,22 @@ enum FieldRules {
         return text
     }
 
-    /// Strict standard base64 (padding required, no whitespace).
+    /// Standard base64, padding required, returned without line breaks: MIME encoders wrap lines (RFC 2045,
+    /// every 76 characters, CRLF or LF), and the same receipt unwrapped is what is kept, deduplicated and
+    /// sent to Apple. Any other whitespace is refused.
     static func base64(_ text: String, field: String) throws -> String {
-        let bytes = text.utf8
-        let invalid = APIError.invalid(field, code: "invalid_receipt_data", "\(field) must be standard base64")
-        guard !bytes.isEmpty, bytes.count % 4 == 0 else { throw invalid }
+        if Self.isStandardBase64(text.utf8) { return text }
+        let unwrapped = String(decoding: text.utf8.filter { $0 != UInt8(ascii: "\n") && $0 != UInt8(ascii: "\r") }, as: UTF8.self)
+        guard unwrapped.utf8.count < text.utf8.count, Self.isStandardBase64(unwrapped.utf8) else {
+            throw APIError.invalid(field, code: "invalid_receipt_data", "\(field) must be standard base64")
+        }
+        return unwrapped
+    }
+
+    private static func isStandardBase64(_ bytes: String.UTF8View) -> Bool {
+        guard !bytes.isEmpty, bytes.count % 4 == 0 else { return false }
         let padding = bytes.reversed().prefix { $0 == UInt8(ascii: "=") }.count
-        guard padding <= 2, bytes.dropLast(padding).allSatisfy(Self.isBase64Byte) else { throw invalid }
-        return text
+        return padding <= 2 && bytes.dropLast(padding).allSatisfy(Self.isBase64Byte)
     }
 
     private static func isBase64Byte(_ byte: UInt8) -> Bool {

@@ -87,11 +87,19 @@ struct FieldRulesTests {
         #expect(try FieldRules.base64(input, field: "receipt.receiptData") == input)
     }
 
-    @Test("anything but strict standard base64 is refused", arguments: [
+    @Test("base64 wrapped in lines (LF or CRLF, as MIME encoders write it) is accepted without its line breaks", arguments: [
+        ("QUJD\n", "QUJD"), ("QUJD\r\nQUJD", "QUJDQUJD"), ("QU\nJD\nQQ==\n", "QUJDQQ=="), ("\nQUJD", "QUJD"),
+    ])
+    func wrappedBase64(input: String, unwrapped: String) throws {
+        #expect(try FieldRules.base64(input, field: "receipt.receiptData") == unwrapped)
+    }
+
+    @Test("anything but standard base64 is refused", arguments: [
         "",  // empty
         "QUI", "QQ", "QUJDR",  // missing padding
         "Q===", "====",  // too much padding
-        "QU JD", " QUJD", "QUJD ", "QUJD\n", "QU\r\nJD", "QUJD\t",  // whitespace
+        "QU JD", " QUJD", "QUJD ", "QUJD\t", "QU\tJD", "QUJD\u{0B}", "QUJD\u{0C}",  // whitespace but line breaks
+        "\n", "\r\n", "QUI\n", "QU\nJDR",  // nothing, or not base64, once unwrapped
         "QU*D", "QUJ!", "QUJD-_==", "QUJ\u{0}",  // bad characters (and base64url)
         "QQ=A", "Q=QA", "=QUI",  // padding not at the end
         "QUJDé===",
