@@ -402,6 +402,8 @@ struct PostgresClientTests {
         // The password in the query, and an `@` after the credentials: libpq splits at the first one.
         "postgres://127.0.0.1:1/tollgate?password=Hunter%zz2", "postgres://127.0.0.1:1/tollgate?user=tollgate&password=Hunter%zz2&sslmode=x",
         "postgres://tollgate:Hunter%zz2@127.0.0.1:1/tollgate?application_name=api@eu",
+        // A password holding a bare `&`: libpq reads the rest as parameters of their own, and quotes them.
+        "postgres://127.0.0.1:1/tollgate?password=Hunter2&Hunter3", "postgres://127.0.0.1:1/tollgate?password=Hunter2&Hunter3=x&sslmode=require",
     ])
     func credentialsRedacted(url: String) async throws {
         let client = PostgresClient(url: url, connections: 1)

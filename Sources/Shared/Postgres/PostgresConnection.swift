@@ -140,7 +140,7 @@ final class PostgresConnection {
     /// error: the URL, its credentials and its password, raw or decoded, become `***` before the text
     /// reaches an error or a log. The credentials end at the first `@` (as libpq reads them) or the last
     /// (as a password holding an `@` would); a password may also come as a `password=` parameter, in the
-    /// query or in a `key=value` connection string.
+    /// query or in a `key=value` connection string, where the parameters after it may be parts of it.
     static func redacting(_ url: String, in message: String) -> String {
         var secrets = [url]
         if let scheme = url.range(of: "://") {
@@ -154,6 +154,12 @@ final class PostgresConnection {
         for match in url.matches(of: /password\s*=\s*([^&\s]+)/) {
             secrets.append(String(match.1))
             if let decoded = String(match.1).removingPercentEncoding { secrets.append(decoded) }
+            // A bare `&` in the password ends it early: libpq quotes what follows as parameters (or their
+            // names) it cannot read, so every parameter after it counts as a part of the password.
+            for parameter in url[match.range.upperBound...].split(separator: "&") {
+                secrets.append(String(parameter))
+                if let name = parameter.split(separator: "=").first { secrets.append(String(name)) }
+            }
         }
         if let password = URLComponents(string: url)?.password { secrets.append(password) }
         var text = message
