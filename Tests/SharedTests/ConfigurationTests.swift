@@ -128,6 +128,18 @@ struct ConfigurationTests {
         #expect(error?.description.contains(variable) == true)
     }
 
+    @Test("a refused Apple URL is shown without its credentials", arguments: [
+        "ftp://apple:Hunter2@apple.example/verifyReceipt", "https://apple:Hunter2@", "apple:Hunter2@apple.example",
+    ])
+    func appleURLCredentialsHidden(value: String) {
+        let error = #expect(throws: ConfigurationError.self) {
+            try Configuration(environment: ["TOLLGATE_APPLE_SANDBOX_URL": value])
+        }
+        #expect(error?.variable == "TOLLGATE_APPLE_SANDBOX_URL")
+        #expect(error?.description.contains("Hunter2") == false, "\(error?.description ?? "")")
+        #expect(error?.description.contains("***@") == true, "\(error?.description ?? "")")
+    }
+
     @Test(
         "a queue prefix may be any printable text without spaces or braces (the contract sets no form)",
         arguments: ["ci/run-42", "acceptance-\(String(repeating: "0123456789abcdef", count: 8))", "tollgate@eu#1", "préfixe", "t"]

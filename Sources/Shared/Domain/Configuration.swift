@@ -196,9 +196,16 @@ struct EnvironmentReader {
         guard let components = URLComponents(string: text), ["http", "https"].contains(components.scheme ?? ""),
             components.host?.isEmpty == false
         else {
-            throw ConfigurationError(variable: name, "expected an http(s) URL, got '\(text)'")
+            throw ConfigurationError(variable: name, "expected an http(s) URL, got '\(Self.withoutCredentials(text))'")
         }
         return text
+    }
+
+    /// `text` with what could be a URL's credentials (up to its last `@`) shown as `***`.
+    static func withoutCredentials(_ text: String) -> String {
+        guard let at = text.lastIndex(of: "@") else { return text }
+        let start = text.range(of: "://").map(\.upperBound) ?? text.startIndex
+        return start <= at ? text[..<start] + "***" + text[at...] : text
     }
 
     func choice<T: RawRepresentable & CaseIterable>(
