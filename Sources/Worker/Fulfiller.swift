@@ -25,9 +25,9 @@ struct Fulfiller: Sendable {
         do {
             return try await self.run(job, logger: logger)
         } catch {
-            logger.warning("fulfilment interrupted", metadata: ["error": "\(Self.describe(error))"])
-            if self.database.note(error) { return .outage(detail: Self.describe(error)) }
-            return .retry(.internal, detail: Self.describe(error), attemptLimit: nil, exhausted: .failed(.internal))
+            logger.warning("fulfilment interrupted", metadata: ["error": "\(LoggableError.describe(error))"])
+            if self.database.note(error) { return .outage(detail: LoggableError.describe(error)) }
+            return .retry(.internal, detail: LoggableError.describe(error), attemptLimit: nil, exhausted: .failed(.internal))
         }
     }
 
@@ -43,7 +43,7 @@ struct Fulfiller: Sendable {
             )
         } catch {
             logger.warning("cannot look up an earlier attempt's grant", metadata: ["error": "\(error)"])
-            let detail = "looking up an earlier attempt's grant: \(Self.describe(error))"
+            let detail = "looking up an earlier attempt's grant: \(LoggableError.describe(error))"
             if self.database.note(error) { return .outage(detail: detail) }
             return .retry(.internal, detail: detail, attemptLimit: nil, exhausted: .failed(.internal))
         }
@@ -298,15 +298,6 @@ struct Fulfiller: Sendable {
     /// The environment Apple says it answered from, else the one asked.
     private static func environment(of answer: AppleAnswer, asked: VerifyReceiptClient.Environment) -> String {
         answer.environment.flatMap(VerifyReceiptClient.Environment.init(rawValue:))?.rawValue ?? asked.rawValue
-    }
-
-    /// Error text for logs and dead letters: the error's own description, which carries no request data.
-    static func describe(_ error: any Error) -> String {
-        switch error {
-        case let error as PostgresError: "\(error)"
-        case let error as RedisError: "\(error)"
-        default: String(describing: type(of: error))
-        }
     }
 }
 

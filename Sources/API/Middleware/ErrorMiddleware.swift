@@ -26,7 +26,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as any HTTPResponseError {
             return Self.translate(error.status).response
         } catch {
-            context.logger.error("request failed", metadata: ["error": "\(String(describing: type(of: error)))", "detail": "\(error)"])
+            context.logger.error("request failed", metadata: ["error": "\(LoggableError.describe(error))"])
             return APIError(.internalServerError, code: "internal", "internal error").response
         }
     }
