@@ -406,8 +406,9 @@ final class PostgresConnection {
         var message = primary ?? Self.message(PQresultErrorMessage(result))
         if sqlState?.hasPrefix("22") == true {
             // Data exceptions quote the value refused (`invalid input syntax for type uuid: "…"`), which
-            // came from a request or from Apple: it does not go on to an error or a log.
-            message = message.replacing(/"[^"]*"/, with: "\"…\"")
+            // came from a request or from Apple: it does not go on to an error or a log. From the first
+            // quote to the last, since the value may hold quotes of its own.
+            message = message.replacing(/"(?s:.*)"/, with: "\"…\"")
         }
         return PostgresError(healthy ? .server : .connection, sqlState: sqlState, message)
     }
