@@ -16,7 +16,7 @@ struct App: AsyncParsableCommand {
 
 /// Options every subcommand shares: flags override environment variables.
 struct CommonOptions: ParsableArguments {
-    @Option(help: "PostgreSQL URL (overrides TOLLGATE_DATABASE_URL).")
+    @Option(help: "PostgreSQL URL (overrides TOLLGATE_DATABASE_URL). A password here shows in the process list and the shell's history: prefer the variable.")
     var databaseURL: String?
 
     /// The process environment with flags applied.
