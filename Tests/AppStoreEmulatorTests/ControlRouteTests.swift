@@ -116,6 +116,19 @@ struct ControlRouteTests {
                 #expect(try await client.verify(receipt).status == .gatewayTimeout)
                 #expect(clock.now - start >= .milliseconds(20))
 
+                // The answer's head comes first; its body ends, as 21005, once the hold is over.
+                for mode in [FailMode.stall, .trickle] {
+                    try await setMode(mode)
+                    let start = clock.now
+                    let slow = try await client.verify(receipt)
+                    #expect(clock.now - start >= .milliseconds(20))
+                    #expect(slow.status == .ok)
+                    let text = String(buffer: slow.body)
+                    #expect(text.hasPrefix(#"{"status":"#) && text.hasSuffix("21005}"), "\(mode): \(text)")
+                    #expect(text.contains(" ") == (mode == .trickle), "\(mode): \(text)")
+                    #expect(try Fixtures.object(slow.body)["status"] as? Int == 21005)
+                }
+
                 try await setMode(.redirect)
                 let redirect = try await client.verify(receipt)
                 #expect(redirect.status == .temporaryRedirect)
@@ -140,13 +153,16 @@ struct ControlRouteTests {
                 try await setMode(.status21005)
                 #expect(try Fixtures.object(try await client.verify(receipt).body)["status"] as? Int == 21005)
 
+                try await setMode(.status21010)
+                #expect(try Fixtures.object(try await client.verify(receipt).body)["status"] as? Int == 21010)
+
                 try await setMode(.status21199)
                 let internalError = try Fixtures.object(try await client.verify(receipt).body)
                 #expect(internalError["status"] as? Int == 21199)
                 #expect(internalError["is-retryable"] as? Bool == true)
 
                 let stats = try Fixtures.object(try await client.execute(uri: "/emulator/stats", method: .get).body)
-                #expect(stats["failuresInjected"] as? Int == 9)
+                #expect(stats["failuresInjected"] as? Int == 12)
             }
     }
 

@@ -1,5 +1,3 @@
-import Hummingbird
-import NIOCore
 import Testing
 
 @testable import Shared
@@ -8,16 +6,15 @@ import Testing
 /// they hold at once is bounded by the client's answer budget, not only each answer's own limit.
 @Suite("Apple answer budget")
 struct AppleAnswerBudgetTests {
-    /// 3,000 bytes of JSON whitespace inside a 21003 answer: about 3 KB in all.
-    static let padding: @Sendable (inout any ResponseBodyWriter) async throws -> Void = { writer in
-        try await writer.write(ByteBuffer(repeating: UInt8(ascii: " "), count: 3_000))
-    }
-
     @Test("an answer within the budget is read, and each call gives its bytes back: the next call fits again")
     func budgetGivenBack() async throws {
-        try await AppleStub.with(answerBudgetBytes: 4_096, status: 21003, rest: Self.padding) { client in
+        try await EmulatedApple.with { apple in
+            let receipt = EmulatedApple.receipt(purchases: 4)
+            let size = try await apple.answerSize(receipt: receipt)
+            // Room for one answer, not for two.
+            let client = apple.client(answerBudgetBytes: size + size / 2)
             for call in 1...3 {
-                guard case .reject(.invalidReceipt, _) = await AppleStub.verify(client) else {
+                guard case .valid = await EmulatedApple.verify(client, receipt: receipt) else {
                     Issue.record("call \(call) was not read whole")
                     return
                 }
@@ -27,12 +24,16 @@ struct AppleAnswerBudgetTests {
 
     @Test("an answer that does not fit in what the budget has left is a transport failure, retried later")
     func budgetExhausted() async throws {
-        let verdict = try await AppleStub.with(answerBudgetBytes: 2_048, status: 21003, rest: Self.padding) { await AppleStub.verify($0) }
-        guard case .retry(let detail, nil, .failed(.appleUnavailable)) = verdict else {
-            Issue.record("an answer past the budget gave \(verdict), not a transport failure to retry")
-            return
+        try await EmulatedApple.with { apple in
+            let receipt = EmulatedApple.receipt(purchases: 4)
+            let budget = try await apple.answerSize(receipt: receipt) / 2
+            let verdict = await EmulatedApple.verify(apple.client(answerBudgetBytes: budget), receipt: receipt)
+            guard case .retry(let detail, nil, .failed(.appleUnavailable)) = verdict else {
+                Issue.record("an answer past the budget gave \(verdict), not a transport failure to retry")
+                return
+            }
+            #expect(detail == "Production: answers being read at once would pass \(budget) bytes; tried again later")
         }
-        #expect(detail == "Production: answers being read at once would pass 2048 bytes; tried again later")
     }
 
     @Test("calls share the budget: while one holds most of it, another's answer is refused; once it is given back, it fits")

@@ -372,25 +372,22 @@ struct AppleRulesTests {
     @Test("a first attempt whose grant committed as PostgreSQL went away (its answer lost): parked without spending the attempt, its next start finds the grant and finishes granted, though Apple answers 21010 since")
     func grantCommittedAsPostgresWentAway() async throws {
         // Since the first attempt, Apple refuses the receipt for good (the account is gone): asked again, it would end the job rejected.
-        let router = Router()
-        router.post("verifyReceipt") { _, _ in Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"status\":21010}"))) }
-        let apple = try await LoopbackServer.start(router, label: "test.refusing-apple")
-        do { try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: apple.base) { harness in
-            let (transaction, jobId) = try await Self.submitPremium(harness)
-            let (delivery, _) = try await Self.fulfilThenDie(harness, jobId: jobId, expect: .granted(environment: "Production", expiresAt: nil, claimed: [transaction]))
-            // What the worker records for an outage: parked due at once, the attempt taken back.
-            let now = harness.queue.clock.nowMilliseconds()
-            #expect(try await harness.queue.retry(delivery, jobId: jobId, dueAt: now, reason: .internal, now: now, counts: false) == .parked(dueAt: now))
+        try await EmulatedApple.with(["--fail-rate", "1", "--fail-mode", "status21010"]) { apple in
+            try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: apple.base) { harness in
+                let (transaction, jobId) = try await Self.submitPremium(harness)
+                let (delivery, _) = try await Self.fulfilThenDie(
+                    harness, jobId: jobId, expect: .granted(environment: "Production", expiresAt: nil, claimed: [transaction])
+                )
+                // What the worker records for an outage: parked due at once, the attempt taken back.
+                let now = harness.queue.clock.nowMilliseconds()
+                #expect(try await harness.queue.retry(delivery, jobId: jobId, dueAt: now, reason: .internal, now: now, counts: false) == .parked(dueAt: now))
 
-            let record = try await harness.workUntilFinal(jobId)
-            #expect(record.status == .granted, "\(record)")
-            #expect(record.attempts == 1)
-            #expect(try await harness.access("PREMIUM") == (true, nil))
-        } } catch {
-            await apple.stop()
-            throw error
+                let record = try await harness.workUntilFinal(jobId)
+                #expect(record.status == .granted, "\(record)")
+                #expect(record.attempts == 1)
+                #expect(try await harness.access("PREMIUM") == (true, nil))
+            }
         }
-        await apple.stop()
     }
 
     @Test("a job that found its purchase granted by another job: its replay finishes granted though Apple fails since, and the ledger keeps its outcome")

@@ -1,8 +1,8 @@
 /// How an injected failure is answered, chosen globally (`--fail-mode`) or per scenario (`fail.mode`).
 ///
 /// The cases cover what a real verifyReceipt client meets in production: HTTP errors from Apple's
-/// front ends, a hung connection, a captive portal or proxy page, an empty, cut, ill-shaped or huge body, and Apple's own
-/// "try again" statuses delivered with HTTP 200.
+/// front ends, a hung connection or answer, a captive portal or proxy page, an empty, cut, ill-shaped or huge body, Apple's own
+/// "try again" statuses delivered with HTTP 200, and its refusal of a receipt it verified before.
 enum FailMode: String, CaseIterable, Codable, Sendable {
     /// HTTP 500 with an empty body.
     case http500
@@ -15,6 +15,12 @@ enum FailMode: String, CaseIterable, Codable, Sendable {
     /// HTTP 307 to another URL of the same endpoint, as a moved endpoint or a misconfigured proxy would
     /// answer: a client that follows it sends the receipt and the shared secret wherever `Location` points.
     case redirect
+    /// HTTP 200 whose body starts (`{"status":`) and then stalls for the hold time before it ends as 21005,
+    /// as a front end whose back end froze mid-answer: a client must bound the whole call, not its head.
+    case stall
+    /// Like `stall`, but a space (JSON whitespace) every 100 ms meanwhile: never silent long enough for a
+    /// read timeout, so only a deadline on the whole call ends it.
+    case trickle
     /// HTTP 200 with an HTML page, as a proxy or captive portal would answer.
     case html
     /// HTTP 200 with an empty body.
@@ -29,6 +35,9 @@ enum FailMode: String, CaseIterable, Codable, Sendable {
     case status21002
     /// HTTP 200 `{"status":21005}`: Apple's "receipt server unavailable".
     case status21005
+    /// HTTP 200 `{"status":21010}`: Apple's "this receipt could not be authorized", for good (the account is
+    /// gone), whatever it answered for the receipt before.
+    case status21010
     /// HTTP 200 `{"status":21199,"is-retryable":true}`: Apple's "internal data access error".
     case status21199
 

@@ -87,11 +87,16 @@ actor EmulatorState {
         holdsReleased.store(true, ordering: .relaxed)
     }
 
+    /// Whether the process is stopping, so holds end at once.
+    nonisolated var holdsAreReleased: Bool {
+        holdsReleased.load(ordering: .relaxed)
+    }
+
     /// Waits up to `milliseconds`, or less once holds are released (checked every 100 ms at most).
     nonisolated func hold(milliseconds: Int) async throws {
         let clock = ContinuousClock()
         let deadline = clock.now.advanced(by: .milliseconds(milliseconds))
-        while clock.now < deadline, !holdsReleased.load(ordering: .relaxed) {
+        while clock.now < deadline, !self.holdsAreReleased {
             let slice = min(deadline - clock.now, .milliseconds(100))
             try await Task.sleep(for: slice)
         }

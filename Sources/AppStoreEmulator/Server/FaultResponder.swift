@@ -19,10 +19,30 @@ enum FaultResponder {
         return buffer
     }()
 
+    /// HTTP 200 whose body is `{"status":`, then `holdMs` of silence or of a space every 100 ms, then `21005}`.
+    private static func slowAnswer(holdMs: Int, trickle: Bool, state: EmulatorState) -> Response {
+        Response(status: .ok, headers: [.contentType: "application/json"], body: ResponseBody { writer in
+            try await writer.write(ByteBuffer(string: #"{"status":"#))
+            if trickle {
+                let clock = ContinuousClock()
+                let end = clock.now.advanced(by: .milliseconds(holdMs))
+                while clock.now < end, !state.holdsAreReleased {
+                    try await state.hold(milliseconds: 100)
+                    try await writer.write(ByteBuffer(string: " "))
+                }
+            } else {
+                try await state.hold(milliseconds: holdMs)
+            }
+            try await writer.write(ByteBuffer(string: "21005}"))
+            try await writer.finish(nil)
+        })
+    }
+
     private static let htmlBody = "<!DOCTYPE html><html><head><title>503 Service Temporarily Unavailable</title></head><body><h1>Service Temporarily Unavailable</h1></body></html>"
 
-    /// The response for `mode` to a call of `endpoint`; `timeout` first holds the request for `holdMs`
-    /// (without blocking a thread, and only until `state` releases holds at shutdown).
+    /// The response for `mode` to a call of `endpoint`; `timeout` first holds the request for `holdMs`, and
+    /// `stall` and `trickle` their answer's body (without blocking a thread, and only until `state`
+    /// releases holds at shutdown).
     static func response(
         for mode: FailMode, endpoint: AppleEnvironment, holdMs: Int, retryableKey: RetryableKey, state: EmulatorState
     ) async throws -> Response {
@@ -36,6 +56,8 @@ enum FaultResponder {
         case .timeout:
             try await state.hold(milliseconds: holdMs)
             return Response(status: .gatewayTimeout)
+        case .stall, .trickle:
+            return Self.slowAnswer(holdMs: holdMs, trickle: mode == .trickle, state: state)
         case .redirect:
             // Another URL of the same route: a client that follows it gets the real answer.
             return Response(status: .temporaryRedirect, headers: [.location: "\(endpoint.path)?moved=1"])
@@ -53,6 +75,8 @@ enum FaultResponder {
             return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21002))
         case .status21005:
             return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21005))
+        case .status21010:
+            return try JSONAnswer.response(AppleVerifyReceiptResponse.status(21010))
         case .status21199:
             var answer = AppleVerifyReceiptResponse.status(21199)
             answer.isRetryable = true
