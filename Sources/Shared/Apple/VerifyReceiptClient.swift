@@ -96,7 +96,7 @@ public struct VerifyReceiptClient: Sendable {
                 "\(environment.rawValue): answers being read at once would pass \(self.answers.bytes) bytes; tried again later"
             )
         } catch {
-            return .transportFailure("\(environment.rawValue): \(Self.describe(error))")
+            return .transportFailure("\(environment.rawValue): \(LoggableError.describe(error))")
         }
         guard response.status == .ok else {
             return .transportFailure("\(environment.rawValue): HTTP \(response.status.code)")
@@ -130,12 +130,6 @@ public struct VerifyReceiptClient: Sendable {
             guard let bytes = try await group.next() ?? nil else { throw HTTPClientError.deadlineExceeded }
             return bytes
         }
-    }
-
-    /// A short description of a transport error, without URLs' query strings or bodies.
-    private static func describe(_ error: any Error) -> String {
-        if let error = error as? HTTPClientError { return "\(error)" }
-        return String(describing: type(of: error))
     }
 }
 
