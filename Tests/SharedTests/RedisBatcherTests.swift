@@ -118,28 +118,32 @@ struct RedisBatcherTests {
 
     @Test("a call that fails for Redis being away fails every item waiting then, not 32 at a time per timeout")
     func unavailableFailsWaiting() async throws {
-        let gate = AsyncStream<Void>.makeStream()
-        let calls = Mutex(0)
-        let batcher = RedisBatcher(name: "away", keys: [], arguments: [], maxItems: 2, maxCalls: 1) { _, _ in
-            if calls.withLock({ $0 += 1; return $0 }) == 1 { for await _ in gate.stream { break } }
-            throw RedisError(.connection, "connection refused")
+        // A Redis that is not there: nothing listens on port 1 of the loopback.
+        let away = RedisClient(configuration: try RedisConfiguration(url: "redis://127.0.0.1:1/0"), connections: 1)
+        try await TestEnvironment.using(away) {
+            let gate = AsyncStream<Void>.makeStream()
+            let calls = Mutex(0)
+            let batcher = RedisBatcher(name: "away", keys: [], arguments: [], maxItems: 2, maxCalls: 1) { _, _ in
+                if calls.withLock({ $0 += 1; return $0 }) == 1 { for await _ in gate.stream { break } }
+                return try await away.send("PING")
+            }
+            let results = Results()
+            func add(_ value: String) { results.run(value, on: batcher) }
+            add("first")
+            _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { calls.withLock { $0 } == 1 ? true : nil }
+            for index in 0..<10 { add("item-\(index)") }
+            _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "10 items waiting") { batcher.waitingCount == 10 ? true : nil }
+            gate.continuation.finish()
+            let all = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "every item's result") {
+                results.values.withLock { $0.count == 11 ? $0 : nil }
+            }
+            for result in all.values {
+                let error = #expect(throws: RedisError.self) { try result.get() }
+                #expect(error?.isUnavailable == true)
+            }
+            #expect(calls.withLock { $0 } == 1, "the waiting items were failed with the first call, not sent to Redis two by two")
+            #expect(batcher.waitingCount == 0)
         }
-        let results = Results()
-        func add(_ value: String) { results.run(value, on: batcher) }
-        add("first")
-        _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { calls.withLock { $0 } == 1 ? true : nil }
-        for index in 0..<10 { add("item-\(index)") }
-        _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "10 items waiting") { batcher.waitingCount == 10 ? true : nil }
-        gate.continuation.finish()
-        let all = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "every item's result") {
-            results.values.withLock { $0.count == 11 ? $0 : nil }
-        }
-        for result in all.values {
-            let error = #expect(throws: RedisError.self) { try result.get() }
-            #expect(error?.isUnavailable == true)
-        }
-        #expect(calls.withLock { $0 } == 1, "the waiting items were failed with the first call, not sent to Redis two by two")
-        #expect(batcher.waitingCount == 0)
     }
 
     @Test("past maxWaitingBytes an item is refused at once as Redis unavailable; the items waiting still run")

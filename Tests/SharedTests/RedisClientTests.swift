@@ -130,7 +130,12 @@ struct RedisClientTests {
 
     @Test("run(script) loads on first use and again after SCRIPT FLUSH")
     func scriptsSurviveFlush() async throws {
-        try await Self.withClient { client, prefix in
+        // A server of its own: SCRIPT FLUSH on the shared one would empty the script cache under every other
+        // test running meanwhile.
+        let server = try await DedicatedRedis()
+        let client = RedisClient(configuration: try RedisConfiguration(url: server.url), connections: 2)
+        let prefix = TestEnvironment.uniquePrefix()
+        try await TestEnvironment.using(client, server) {
             // A source no other test uses, so Redis cannot know it before.
             let script = RedisScript(name: "test", source: "-- \(prefix)\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])")
             let key = "\(prefix):script"
