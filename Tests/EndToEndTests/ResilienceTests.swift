@@ -53,7 +53,9 @@ struct ResilienceTests {
 
     @Test("a worker receiving SIGTERM under load exits 0 within the grace period and no job it held is lost")
     func gracefulShutdown() async throws {
-        try await Self.with(["TOLLGATE_SHUTDOWN_GRACE_S": "10", "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"]) { system in
+        // 64 jobs in flight at most: enough to be many, few enough for a loaded 2-core machine to finish
+        // them well within the grace (each needs 300 ms of Apple and a commit).
+        try await Self.with(["TOLLGATE_SHUTDOWN_GRACE_S": "10", "TOLLGATE_CLAIM_MIN_IDLE_MS": "2000", "TOLLGATE_WORKER_CONCURRENCY": "64"]) { system in
             let worker = try await system.startWorker(name: "e2e-graceful")
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Each verification takes 300 ms, so the worker holds many jobs when the signal comes.
@@ -142,13 +144,14 @@ struct ResilienceTests {
 
     @Test("a job slower than the claim idle time stays with the live worker running it: one attempt, never claimed by a peer")
     func slowJobKept() async throws {
-        try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "1000"]) { system in
+        // Entries are renewed every quarter of the idle time: a worker stalled for 1.5 s (a loaded machine)
+        // still renews in time.
+        try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"]) { system in
             let first = try await system.startWorker(name: "e2e-slow-a")
             let second = try await system.startWorker(name: "e2e-slow-b")
             let publisher = try await system.createPublisher(products: [Self.coins])
-            // Apple takes 4 s per call: four claim idle times, during which the peer looks for idle entries
-            // every second.
-            let jobs = try await Self.submitCoins(system, publisher, count: 10, emailPrefix: "s", extra: ["latencyMs": 4000])
+            // Apple takes 8 s per call: four claim idle times, during which the peer looks for idle entries.
+            let jobs = try await Self.submitCoins(system, publisher, count: 10, emailPrefix: "s", extra: ["latencyMs": 8000])
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
             for job in jobs {
                 #expect(try await system.job(publisher, job)["attempts"] as? Int == 1, "job \(job) was started again by a peer")

@@ -81,7 +81,8 @@ struct PublisherAuthenticatorTests {
 
     @Test("a publisher disabled or rotated elsewhere is refused once its revocation is heard, well within the snapshot's lifetime")
     func revokedElsewhere() async throws {
-        try await Self.withAuthenticated { authenticator, first, second, catalog, _ in
+        // A lifetime the test cannot outlast on a slow machine: only the revocation may change the answer.
+        try await Self.withAuthenticated(lifetime: 600) { authenticator, first, second, catalog, _ in
             let publisher = try #require(try await Self.authenticate(authenticator, first))
             let other = try #require(try await Self.authenticate(authenticator, second))
             // Disabled through another API process: this one's snapshot, well within its lifetime, says enabled...
