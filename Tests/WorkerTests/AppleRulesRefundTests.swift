@@ -52,11 +52,10 @@ struct AppleRulesRefundTests {
             #expect(try await harness.balance() == 0)
             #expect(try await harness.count("wallet_entries") == 0)
             #expect(try await harness.entitlements().allSatisfy { $0.revokedAt != nil }, "no live entitlement")
-            // If the ledger keeps the transaction, it is invalidated as refunded.
-            if let row = try await harness.ledgerRow(transaction) {
-                #expect(row.state == "invalidated")
-                #expect(row.lastError == "refunded")
-            }
+            // The ledger keeps the transaction, invalidated as refunded.
+            let row = try #require(try await harness.ledgerRow(transaction))
+            #expect(row.state == "invalidated")
+            #expect(row.lastError == "refunded")
         }
     }
 
