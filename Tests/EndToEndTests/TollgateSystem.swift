@@ -35,8 +35,11 @@ final class TollgateSystem: @unchecked Sendable {
         }
         self.prefix = TestEnvironment.uniquePrefix()
         self.database = PostgresClient(url: self.databaseURL, connections: 2)
+        // A port outside the kernel's range for outgoing connections: tests stop the emulator and start it
+        // again on the same port (``startEmulator()``).
         self.emulator = try ManagedProcess(
-            executable: "appstore-emulator", arguments: ["--host", "127.0.0.1", "--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
+            executable: "appstore-emulator", arguments: ["--host", "127.0.0.1", "--port", String(try DedicatedRedis.freePort())], environment: [:],
+            portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
         )
         self.emulatorPort = try await self.emulator.port()
         self.emulatorBase = "http://127.0.0.1:\(self.emulatorPort)"

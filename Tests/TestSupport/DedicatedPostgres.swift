@@ -39,11 +39,16 @@ public final class DedicatedPostgres: Sendable {
     /// Starts (or restarts) the cluster and waits until it accepts connections.
     public func start() async throws {
         let directory = self.directory, port = self.port
-        try await offThePool {
-            try Self.asPostgres("\(Self.bin)/pg_ctl", [
-                "-D", "\(directory)/data", "-l", "\(directory)/postgres.log", "-w",
-                "-o", "-c listen_addresses=127.0.0.1 -p \(port) -k \(directory) -c fsync=off", "start",
-            ])
+        do {
+            try await offThePool {
+                try Self.asPostgres("\(Self.bin)/pg_ctl", [
+                    "-D", "\(directory)/data", "-l", "\(directory)/postgres.log", "-w",
+                    "-o", "-c listen_addresses=127.0.0.1 -p \(port) -k \(directory) -c fsync=off", "start",
+                ])
+            }
+        } catch {
+            let log = (try? String(contentsOfFile: "\(directory)/postgres.log", encoding: .utf8)) ?? ""
+            throw ManagedProcess.Failure("\(error); its log ends: \(log.split(separator: "\n").suffix(5).joined(separator: " | "))")
         }
     }
 

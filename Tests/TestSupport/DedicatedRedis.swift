@@ -64,21 +64,36 @@ public final class DedicatedRedis: @unchecked Sendable {
         self.server?.signal(SIGKILL)
     }
 
-    /// Asks the kernel for a free loopback port.
+    /// A free loopback port below the kernel's range for outgoing connections (as `tg_free_port` picks
+    /// them): a server stopped and started again on it (an outage) finds it free, where a port of that
+    /// range may meanwhile be the local end of any test's connection. The kernel's choice when none is found.
     public static func freePort() throws -> Int {
+        let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
+            .split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32768
+        if range > 10_001 {
+            for _ in 0..<200 {
+                let port = Int.random(in: 10_000..<range)
+                if try Self.bindable(port) != nil { return port }
+            }
+        }
+        guard let port = try Self.bindable(0) else { throw ManagedProcess.Failure("bind() failed") }
+        return port
+    }
+
+    /// The port a loopback socket bound to `port` got (the kernel's choice for 0), or `nil` when it is taken.
+    private static func bindable(_ port: Int) throws -> Int? {
         let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socket >= 0 else { throw ManagedProcess.Failure("socket() failed") }
         defer { close(socket) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0 }
         }
-        guard bound else { throw ManagedProcess.Failure("bind() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
+        return bound ? Int(UInt16(bigEndian: address.sin_port)) : nil
     }
 
     /// Whether something accepts TCP connections on the loopback port.
