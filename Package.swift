@@ -124,7 +124,6 @@ let package = Package(
             dependencies: [
                 "Worker", "Shared", "TestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
-                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict

@@ -66,6 +66,27 @@ struct VerifyReceiptRouteTests {
         }
     }
 
+    @Test("millisecondsAsNumbers renders every …_ms as a JSON number, everything else as before")
+    func millisecondsAsNumbers() async throws {
+        let scenario = #"{"bundleId":"a","millisecondsAsNumbers":true,"inApp":[{"productId":"sub","transactionId":"7","purchaseDateMs":1700000000000,"expiresDateMs":1702592000000}],"pendingRenewalInfo":[{"productId":"sub","originalTransactionId":"7","gracePeriodExpiresDateMs":1702600000000}]}"#
+        try await Fixtures.makeApplication().test(.router) { client in
+            let answer = try Fixtures.object(try await client.verify(Fixtures.receiptData(scenario)).body)
+            #expect(answer["status"] as? Int == 0)
+            let receipt = try #require(answer["receipt"] as? [String: Any])
+            #expect(receipt["request_date_ms"] is NSNumber && !(receipt["request_date_ms"] is String))
+            let entries = Fixtures.objects(answer, "latest_receipt_info") + ((receipt["in_app"] as? [[String: Any]]) ?? [])
+            #expect(entries.count == 2)
+            for entry in entries {
+                #expect((entry["purchase_date_ms"] as? NSNumber)?.int64Value == 1_700_000_000_000)
+                #expect((entry["expires_date_ms"] as? NSNumber)?.int64Value == 1_702_592_000_000)
+                #expect(entry["purchase_date"] as? String == "2023-11-14 22:13:20 Etc/GMT")
+                #expect(entry["transaction_id"] as? String == "7")
+            }
+            let renewal = try #require(Fixtures.objects(answer, "pending_renewal_info").first)
+            #expect((renewal["grace_period_expires_date_ms"] as? NSNumber)?.int64Value == 1_702_600_000_000)
+        }
+    }
+
     @Test("no subscription and no pending renewal: neither latest_receipt_info nor latest_receipt")
     func consumableOnly() async throws {
         try await Fixtures.makeApplication().test(.router) { client in

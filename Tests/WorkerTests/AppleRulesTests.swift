@@ -1,5 +1,4 @@
 import Foundation
-import Hummingbird
 import Logging
 import Shared
 import Testing

@@ -22,7 +22,7 @@ struct Scenario: Decodable, Equatable, Sendable {
     /// A transient failure for the first calls carrying this receipt.
     var fail: ScenarioFailure?
     var inApp: [ScenarioTransaction] = []
-    /// When absent, the `inApp` entries with an expiry date.
+    /// When absent, every `inApp` entry if one has an expiry date (Apple's answer for a subscriber), else none.
     var latestReceiptInfo: [ScenarioTransaction]?
     var pendingRenewalInfo: [ScenarioPendingRenewal]?
     var applicationVersion: String = "1"
@@ -31,11 +31,14 @@ struct Scenario: Decodable, Equatable, Sendable {
     var receiptCreationDateMs: Int64?
     /// The app's first download; defaults to the earliest purchase, or the time of the request.
     var originalPurchaseDateMs: Int64?
+    /// Every `…_ms` of the answer as a JSON number rather than a string of digits: the other spelling a
+    /// verifyReceipt client meets (older answers), which it must read the same.
+    var millisecondsAsNumbers = false
 
     private enum CodingKeys: String, CodingKey {
         case bundleId, environment, status, isRetryable, retryableKey, sharedSecret, latencyMs, fail
         case inApp, latestReceiptInfo, pendingRenewalInfo, applicationVersion, originalApplicationVersion
-        case receiptCreationDateMs, originalPurchaseDateMs
+        case receiptCreationDateMs, originalPurchaseDateMs, millisecondsAsNumbers
     }
 
     /// Builds a scenario in code, as tests do.
@@ -73,6 +76,7 @@ struct Scenario: Decodable, Equatable, Sendable {
         originalApplicationVersion = try container.decodeLenientStringIfPresent(forKey: .originalApplicationVersion) ?? "1.0"
         receiptCreationDateMs = try container.decodeLenientInt64IfPresent(forKey: .receiptCreationDateMs)
         originalPurchaseDateMs = try container.decodeLenientInt64IfPresent(forKey: .originalPurchaseDateMs)
+        millisecondsAsNumbers = try container.decodeLenientBoolIfPresent(forKey: .millisecondsAsNumbers) ?? false
     }
 
     /// Reads a scenario from a request's `receipt-data`, or `nil` when it is not standard base64 of a

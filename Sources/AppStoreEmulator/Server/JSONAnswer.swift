@@ -11,12 +11,29 @@ enum JSONAnswer {
         return encoder
     }()
 
-    /// `value` as a JSON response.
-    static func response(_ value: some Encodable, status: HTTPResponse.Status = .ok) throws -> Response {
-        Response(
-            status: status,
-            headers: [.contentType: "application/json"],
-            body: ResponseBody(byteBuffer: ByteBuffer(bytes: try encoder.encode(value)))
-        )
+    /// `value` as a JSON response; with `millisecondsAsNumbers`, every `…_ms` string of digits becomes a number.
+    static func response(_ value: some Encodable, status: HTTPResponse.Status = .ok, millisecondsAsNumbers: Bool = false) throws -> Response {
+        var data = try encoder.encode(value)
+        if millisecondsAsNumbers {
+            data = try JSONSerialization.data(withJSONObject: Self.numbers(try JSONSerialization.jsonObject(with: data)))
+        }
+        return Response(status: status, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    /// `value` with every `"…_ms": "digits"` as `"…_ms": digits`, at any depth.
+    private static func numbers(_ value: Any) -> Any {
+        if let object = value as? [String: Any] {
+            var result: [String: Any] = [:]
+            for (key, field) in object {
+                if key.hasSuffix("_ms"), let text = field as? String, let number = Int64(text) {
+                    result[key] = NSNumber(value: number)
+                } else {
+                    result[key] = Self.numbers(field)
+                }
+            }
+            return result
+        }
+        if let array = value as? [Any] { return array.map(Self.numbers) }
+        return value
     }
 }

@@ -65,6 +65,6 @@ struct VerifyReceiptController: Sendable {
 
         let nowMs = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
         let answer = verifier.answer(scenario: scenario, request: verifyRequest, endpoint: endpoint, nowMs: nowMs)
-        return try JSONAnswer.response(answer)
+        return try JSONAnswer.response(answer, millisecondsAsNumbers: scenario.millisecondsAsNumbers)
     }
 }
