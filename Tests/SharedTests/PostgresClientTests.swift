@@ -574,7 +574,8 @@ struct PostgresClientTests {
         let (client, observer) = try await Self.clients(named: name, connections: 3)
         try await TestEnvironment.using(observer) {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                for _ in 0..<3 { group.addTask { try await client.query("SELECT pg_sleep(0.2)") } }
+                // Each holds its connection for a second, so three run at once even on a loaded machine.
+                for _ in 0..<3 { group.addTask { try await client.query("SELECT pg_sleep(1)") } }
                 try await group.waitForAll()
             }
             #expect(try await Self.backends(observer, named: name) == 3)
@@ -714,17 +715,26 @@ struct PostgresClientTests {
 
     @Test("a session refuses a second task while a statement runs, and any use after its lease ended, without harming the connection")
     func sessionIsOneCallersAtATime() async throws {
-        try await TestDatabase.withFresh(connections: 2) { client, _ in
-            try await client.withConnection { session in
-                let slow = Task { try await session.query("SELECT pg_sleep(0.3) AS slept") }
-                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(10), "the slow statement to run") {
-                    try await client.query("SELECT 1 AS running FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(0.3) AS slept' AND state = 'active'").first != nil ? true : nil
+        try await TestDatabase.withFresh(connections: 2) { client, url in
+            // The slow statement waits for a lock another connection holds, for as long as the test needs:
+            // a statement that merely sleeps could end before a loaded machine sees it run.
+            let locker = PostgresClient(url: url, connections: 1)
+            try await TestEnvironment.using(locker) {
+                try await locker.query("SELECT pg_advisory_lock(424242)")
+                try await client.withConnection { session in
+                    let slow = Task { try await session.query("SELECT pg_advisory_lock(424242) AS locked") }
+                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(10), "the slow statement to wait") {
+                        try await client.query(
+                            "SELECT 1 AS waiting FROM pg_stat_activity WHERE query = 'SELECT pg_advisory_lock(424242) AS locked' AND wait_event_type = 'Lock'"
+                        ).first != nil ? true : nil
+                    }
+                    let error = await #expect(throws: PostgresError.self) { try await session.query("SELECT 1") }
+                    #expect(error?.code == .misuse)
+                    try await locker.query("SELECT pg_advisory_unlock(424242)")
+                    _ = try await slow.value
+                    // The refused call left the session as it was: it serves its caller again.
+                    #expect(try await session.query("SELECT pg_advisory_unlock(424242) AS n").first?.decode(Bool.self, "n") == true)
                 }
-                let error = await #expect(throws: PostgresError.self) { try await session.query("SELECT 1") }
-                #expect(error?.code == .misuse)
-                _ = try await slow.value
-                // The refused call left the session as it was: it serves its caller again.
-                #expect(try await session.query("SELECT 2 AS n").first?.decode(Int.self, "n") == 2)
             }
             let escaped = try await client.withConnection { $0 }
             let error = await #expect(throws: PostgresError.self) { try await escaped.query("SELECT 1") }
@@ -737,7 +747,8 @@ struct PostgresClientTests {
     func leaseEndsAfterItsLastCall() async throws {
         try await TestDatabase.withFresh(connections: 1) { client, _ in
             let stray = try await client.withConnection { session in
-                let stray = Task { try await session.query("SELECT pg_sleep(0.3) AS slept") }
+                // Two seconds: long enough for a loaded machine to see it running.
+                let stray = Task { try await session.query("SELECT pg_sleep(2) AS slept") }
                 _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the stray statement to start") {
                     session.slot.use.withLock { $0.busy } ? true : nil
                 }
