@@ -180,21 +180,29 @@ struct AdminController {
 
     @Sendable func createProduct(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         let json = try await JSONObject.read(request)
-        guard let publisherId = UUID(uuidString: try json.requiredString("publisherId")) else {
-            throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")
-        }
-        let bundleId = try Self.identifier(json.requiredString("bundleId"), field: "bundleId")
-        let productId = try Self.identifier(json.requiredString("productId"), field: "productId")
-        let offerId = try json.string("offerId").map { try FieldRules.offerId($0) } ?? Self.defaultOfferId(productId)
+        // Every field is read first (400 for one missing or ill-typed), then judged (422), as a payment is.
+        let publisherText = try json.requiredString("publisherId")
+        let bundleText = try json.requiredString("bundleId")
+        let productText = try json.requiredString("productId")
+        let offerText = try json.string("offerId")
         let kindText = try json.requiredString("kind")
-        guard let kind = ProductKind(rawValue: kindText) else {
-            throw APIError.invalid("kind", code: "invalid_kind", "kind must be consumable, non_consumable, auto_renewable or non_renewing")
-        }
-        let title = try Self.bounded(json.requiredString("title"), field: "title")
-        let description = try Self.description(json) ?? nil
+        let titleText = try json.requiredString("title")
+        let descriptionText = try json.string("description")
         let coins = try json.int("coins")
         let durationDays = try json.int("durationDays")
         let enabled = try json.bool("enabled") ?? true
+        guard let publisherId = UUID(uuidString: publisherText) else {
+            throw APIError.invalid("publisherId", code: "unknown_publisher", "publisherId is not a publisher")
+        }
+        let bundleId = try Self.identifier(bundleText, field: "bundleId")
+        let productId = try Self.identifier(productText, field: "productId")
+        let offerId = try offerText.map { try FieldRules.offerId($0) } ?? Self.defaultOfferId(productId)
+        guard let kind = ProductKind(rawValue: kindText) else {
+            throw APIError.invalid("kind", code: "invalid_kind", "kind must be consumable, non_consumable, auto_renewable or non_renewing")
+        }
+        let title = try Self.bounded(titleText, field: "title")
+        // An empty description is none, as in a PATCH.
+        let description = try descriptionText.flatMap { $0.isEmpty ? nil : $0 }.map { try Self.bounded($0, field: "description") }
         let amounts = try Self.checkAmounts(kind: kind, coins: coins, durationDays: durationDays)
         do {
             let product = try await self.services.catalog.createProduct(ProductDraft(

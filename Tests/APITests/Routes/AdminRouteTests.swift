@@ -292,6 +292,11 @@ struct AdminRouteTests {
                 // Kept in every API's and worker's offer cache: bounded.
                 (["productId": "x", "kind": "non_consumable", "title": String(repeating: "t", count: 201)], .unprocessableContent, "invalid_title", "title"),
                 (["productId": "x", "kind": "non_consumable", "description": String(repeating: "d", count: 2001)], .unprocessableContent, "invalid_description", "description"),
+                // A field missing or ill-typed is 400, whatever else is wrong with the values.
+                (["productId": "has space"], .badRequest, "missing_field", "kind"),
+                (["productId": "x", "kind": "subscription", "title": ""], .badRequest, "missing_field", "title"),
+                (["productId": "x", "kind": "non_consumable", "publisherId": "not-a-publisher", "enabled": "yes"], .badRequest, "invalid_type", "enabled"),
+                (["productId": "x", "offerId": "has space", "kind": "non_consumable", "description": 5], .badRequest, "invalid_type", "description"),
             ]
             for (fields, status, code, field) in cases {
                 let response = try await api.admin(.post, "/admin/v1/products", json: Self.product(publisherId, fields))
