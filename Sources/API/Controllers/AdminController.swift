@@ -187,7 +187,7 @@ struct AdminController {
         let offerText = try json.string("offerId")
         let kindText = try json.requiredString("kind")
         let titleText = try json.requiredString("title")
-        let descriptionText = try json.string("description")
+        let descriptionText = try Self.description(json)
         let coins = try json.int("coins")
         let durationDays = try json.int("durationDays")
         let enabled = try json.bool("enabled") ?? true
@@ -201,8 +201,7 @@ struct AdminController {
             throw APIError.invalid("kind", code: "invalid_kind", "kind must be consumable, non_consumable, auto_renewable or non_renewing")
         }
         let title = try Self.bounded(titleText, field: "title")
-        // An empty description is none, as in a PATCH.
-        let description = try descriptionText.flatMap { $0.isEmpty ? nil : $0 }.map { try Self.bounded($0, field: "description") }
+        let description = try descriptionText.flatMap { $0 }.map { try Self.bounded($0, field: "description") }
         let amounts = try Self.checkAmounts(kind: kind, coins: coins, durationDays: durationDays)
         do {
             let product = try await self.services.catalog.createProduct(ProductDraft(
@@ -245,11 +244,12 @@ struct AdminController {
         throw APIError.invalid(field, code: "invalid_\(field)", "\(field) must be at most \(limit) characters")
     }
 
-    /// A body's `description`: `nil` when absent, `.some(nil)` when `null` or empty (no description).
+    /// A body's `description` as sent (its length is judged later): `nil` when absent, `.some(nil)` when
+    /// `null` or empty (no description).
     static func description(_ json: JSONObject) throws -> String?? {
         guard json.has("description") else { return nil }
         guard let text = try json.string("description"), !text.isEmpty else { return .some(nil) }
-        return try Self.bounded(text, field: "description")
+        return text
     }
 
     /// What a log line says of a product: which it is and what it sells, never its texts.
@@ -266,19 +266,25 @@ struct AdminController {
             let existing = try await self.services.catalog.product(id: id)
         else { throw APIError.notFound }
         let json = try await JSONObject.read(request)
-        // What identifies a product (and the grants made under it) is fixed; sending it back unchanged is fine.
-        for (field, current) in [
+        // Every field is read first (400 for one ill-typed), then judged (422), as at creation.
+        let identity = try [
             ("publisherId", existing.publisherId.lowercasedString), ("bundleId", existing.bundleId), ("productId", existing.productId),
             ("offerId", existing.offerId), ("kind", existing.kind.rawValue),
-        ] {
-            guard let sent = try json.string(field), (field == "publisherId" ? sent.lowercased() : sent) != current else { continue }
+        ].map { field, current in (field, current, try json.string(field)) }
+        let titleText = try json.string("title")
+        let descriptionText = try Self.description(json)
+        let coins = try json.int("coins")
+        let durationDays = try json.int("durationDays")
+        let enabled = try json.bool("enabled")
+        // What identifies a product (and the grants made under it) is fixed; sending it back unchanged is fine.
+        for case let (field, current, sent?) in identity where (field == "publisherId" ? sent.lowercased() : sent) != current {
             throw APIError.invalid(field, code: "immutable_field", "\(field) cannot be changed; create another product instead")
         }
-        let title = try json.string("title").map { try Self.bounded($0, field: "title") }
+        let title = try titleText.map { try Self.bounded($0, field: "title") }
         guard title?.isEmpty != true else { throw APIError.invalid("title", code: "invalid_title", "title must not be empty") }
-        let amounts = try Self.checkAmounts(kind: existing.kind, coins: try json.int("coins"), durationDays: try json.int("durationDays"), patch: true)
+        let amounts = try Self.checkAmounts(kind: existing.kind, coins: coins, durationDays: durationDays, patch: true)
         let patch = ProductPatch(
-            enabled: try json.bool("enabled"), title: title, description: try Self.description(json).map { $0 ?? "" },
+            enabled: enabled, title: title, description: try descriptionText.map { try $0.map { try Self.bounded($0, field: "description") } ?? "" },
             coins: amounts.coins, durationDays: amounts.durationDays
         )
         let product = try await self.services.catalog.updateProduct(id: id, patch)

@@ -464,6 +464,15 @@ struct AdminRouteTests {
                     .unprocessableContent, code: "immutable_field", field: field
                 )
             }
+            // An ill-typed field is 400 though an identifying one changed too.
+            expectError(
+                try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["kind": "non_consumable", "coins": "100"]),
+                .badRequest, code: "invalid_type", field: "coins"
+            )
+            expectError(
+                try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["title": "", "description": 5]),
+                .badRequest, code: "invalid_type", field: "description"
+            )
             var unchanged = current.filter { ["publisherId", "bundleId", "productId", "offerId", "kind", "title"].contains($0.key) }
             unchanged["publisherId"] = (unchanged["publisherId"] as? String)?.uppercased()
             #expect(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: unchanged).status == .ok)
