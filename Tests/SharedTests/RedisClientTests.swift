@@ -346,6 +346,26 @@ struct RedisClientTests {
         }
     }
 
+    @Test("a server at maxclients answers AUTH with its error: an outage that ends when a client leaves, not a refusal")
+    func maxClientsAtAuth() async throws {
+        let password = "secret-\(Fixtures.suffix(8))"
+        let redis = try await DedicatedRedis(arguments: ["--maxclients", "1", "--requirepass", password])
+        let url = "redis://:\(password)@127.0.0.1:\(redis.port)/0"
+        let holder = RedisClient(configuration: try RedisConfiguration(url: url), connections: 1)
+        let late = RedisClient(configuration: try RedisConfiguration(url: url), connections: 1)
+        try await TestEnvironment.using(late, holder, redis) {
+            #expect(try await holder.send("PING") == .status("PONG"))
+            let error = await #expect(throws: RedisError.self) { try await late.send("PING") }
+            #expect(error?.message.contains("max number of clients") == true)
+            #expect(error?.isAccessRefused == false)
+            #expect(error?.isUnavailable == true)
+            await holder.shutdown()
+            _ = try await Poll.until(timeout: .seconds(20), "a connection once the first client left") {
+                try? await late.send("PING") == .status("PONG") ? true : nil
+            }
+        }
+    }
+
     @Test("connecting to a closed port is a connection error")
     func closedPort() async throws {
         let port = try Self.closedPort()

@@ -56,6 +56,23 @@ struct RedisErrorTests {
         #expect(!RedisError(.connection, message).isAccessRefused)
     }
 
+    @Test("a connection's AUTH or SELECT answered by a server that cannot serve anyone is an outage, not a refusal", arguments: [
+        ("ERR max number of clients reached", false),
+        ("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.", false),
+        ("LOADING Redis is loading the dataset in memory", false),
+        ("WRONGPASS invalid username-password pair or user is disabled.", true),
+        ("ERR DB index is out of range", true),
+        ("ERR invalid password", true),
+        ("ERR unknown command 'AUTH', with args beginning with: 'hunter2' ", true),
+    ])
+    func setupFailed(reply: String, refused: Bool) {
+        let error = RedisError.setupFailed(reply)
+        #expect(error.isAccessRefused == refused)
+        #expect(error.code == (refused ? .refused : .connection))
+        #expect(error.isUnavailable)
+        #expect(!error.message.contains("hunter2"))
+    }
+
     @Test("connection failures and a closed client are unavailable")
     func connection() {
         #expect(RedisError(.connection, "Connection refused").isUnavailable)

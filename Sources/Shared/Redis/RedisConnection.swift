@@ -232,7 +232,7 @@ final class RedisConnection {
             for case .failure(let error) in replies {
                 self.drop()
                 // Redis' own text ("WRONGPASS …"), without the arguments it may quote.
-                throw RedisError.setupRefused(error.message)
+                throw RedisError.setupFailed(error.message)
             }
         }
     }

@@ -36,12 +36,15 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
         self.message = message
     }
 
-    /// The refusal of a connection's `AUTH` or `SELECT`, from Redis' error reply. Redis quotes the
-    /// arguments of a command it does not know ("unknown command 'AUTH', with args beginning with:
+    /// The failure of a connection's `AUTH` or `SELECT`, from Redis' error reply: a refusal, unless the
+    /// server could not serve anyone just then. A server at `maxclients` writes its error to every new
+    /// connection before closing it, which arrives as the answer to `AUTH`; a long script answers `BUSY`
+    /// to `SELECT`. Those are outages (``isUnavailable``), not a bad `TOLLGATE_REDIS_URL`. Redis quotes
+    /// the arguments of a command it does not know ("unknown command 'AUTH', with args beginning with:
     /// '<password>'", where AUTH is renamed away or a proxy lacks it): they are cut off.
-    static func setupRefused(_ reply: String) -> RedisError {
+    static func setupFailed(_ reply: String) -> RedisError {
         let message = reply.range(of: ", with args beginning with").map { String(reply[..<$0.lowerBound]) } ?? reply
-        return RedisError(.refused, message)
+        return RedisError(RedisError(.server, message).isServerBusy ? .connection : .refused, message)
     }
 
     /// Whether Redis said it does not know a script's SHA (after a restart or `SCRIPT FLUSH`).
@@ -69,7 +72,11 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     /// So is a server at `maxclients`, which answers a new connection with an error before closing it,
     /// and one that refuses Tollgate's access (``isAccessRefused``): nothing can be done until that changes.
     public var isUnavailable: Bool {
-        if self.isConnectionFailure || self.isAccessRefused { return true }
+        self.isConnectionFailure || self.isAccessRefused || self.isServerBusy
+    }
+
+    /// Whether Redis answered, but cannot serve anyone right now: the server's conditions of ``isUnavailable``.
+    private var isServerBusy: Bool {
         guard self.code == .server else { return false }
         if self.message.hasPrefix("ERR max number of clients reached") { return true }
         return ["LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "OOM", "MISCONF", "BUSY", "NOREPLICAS"].contains(self.errorCode)

@@ -281,7 +281,7 @@ final class RedisReplyHandler: ChannelInboundHandler {
                     }
                 case (.setup, .failure(let error)):
                     // Redis' own text ("WRONGPASS …"), without the arguments it may quote.
-                    return self.fail(context, RedisError.setupRefused(error.message))
+                    return self.fail(context, RedisError.setupFailed(error.message))
                 case (.setup(let done), .success):
                     done?()
                 }
