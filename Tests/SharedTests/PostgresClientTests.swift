@@ -615,6 +615,13 @@ struct PostgresClientTests {
             ("-c statement_timeout=15parsecs", nil),
             ("-c lock_timeout=5s", nil),
             ("", nil),
+            // Past INT_MAX milliseconds PostgreSQL refuses the setting; none of these may trap.
+            ("-c statement_timeout=2147483647", .milliseconds(2_147_483_647)),
+            ("-c statement_timeout=2147483648", nil),
+            ("-c statement_timeout=25d", nil),
+            ("-c statement_timeout=200000000000000d", nil),
+            ("-c statement_timeout=9223372036854775807s", nil),
+            ("-c statement_timeout=9223372036854775807", nil),
         ]
         for (options, expected) in cases {
             #expect(PostgresConnection.statementTimeout(in: options) == expected, "\(options)")
@@ -740,6 +747,51 @@ struct PostgresClientTests {
             let error = await #expect(throws: PostgresError.self) { try await escaped.query("SELECT 1") }
             #expect(error?.code == .misuse)
             #expect(try await client.query("SELECT 3 AS n").first?.decode(Int.self, "n") == 3)
+        }
+    }
+
+    @Test("a kept session's rollback after its lease ended leaves the connection's next lease and its transaction alone")
+    func keptSessionRollbackIsRefused() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("CREATE TABLE kept_rows (n int)")
+            let kept = try await client.withConnection { $0 }
+            // The one connection: this transaction runs on the connection the kept session once leased.
+            try await client.withTransaction { session in
+                try await session.query("INSERT INTO kept_rows VALUES (1)")
+                await kept.rollback()
+                #expect(try await session.query("SELECT count(*)::int AS n FROM kept_rows").first?.decode(Int.self, "n") == 1)
+                try await session.query("INSERT INTO kept_rows VALUES (2)")
+            }
+            #expect(try await client.query("SELECT count(*)::int AS n FROM kept_rows").first?.decode(Int.self, "n") == 2)
+        }
+    }
+
+    @Test(
+        "a statement timeout a session could not restore (another of its calls ran) is not handed to the next lease",
+        .timeLimit(.minutes(1))
+    )
+    func statementTimeoutNotRestoredIsDropped() async throws {
+        let base = try await TestEnvironment.freshDatabase()
+        let client = PostgresClient(
+            url: try Self.url(base, adding: [URLQueryItem(name: "options", value: "-c statement_timeout=20s")]), connections: 1
+        )
+        let locker = PostgresClient(url: base, connections: 1)
+        try await TestEnvironment.using(client, locker) {
+            try await locker.query("SELECT pg_advisory_lock(434343)")
+            try await client.withConnection { session in
+                let stray = try await session.withoutStatementTimeout {
+                    // A statement of the lease still runs when the timeout should come back: the reset must not
+                    // run beside it on the same connection.
+                    let stray = Task { try await session.query("SELECT pg_advisory_lock(434343) AS locked") }
+                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the stray statement to start") {
+                        session.slot.use.withLock { $0.busy } ? true : nil
+                    }
+                    return stray
+                }
+                try await locker.query("SELECT pg_advisory_unlock(434343)")
+                _ = try await stray.value
+            }
+            #expect(try await client.query("SHOW statement_timeout").first?.decode(String.self, "statement_timeout") == "20s")
         }
     }
 

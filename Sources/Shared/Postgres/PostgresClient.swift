@@ -334,9 +334,13 @@ public struct PostgresSession: Sendable {
 
     /// Runs `body` with the slot on a thread of the client's pool, where closing a connection (libpq's
     /// `PQfinish`, blocking) may run. With the pool stopped, nothing runs: the connection then closes
-    /// when its slot goes.
+    /// when its slot goes. Nor does anything run for a session whose lease ended (the connection may be
+    /// another caller's by now) or while another call of the lease runs (libpq serves one thread at a
+    /// time): what was left undone is caught when the next lease starts (``withConnection(slot:url:_:)``).
     private func onPoolThread(_ body: @escaping @Sendable (PostgresSlot) -> Void) async {
         let slot = self.slot
+        guard (try? slot.beginCall(lease: self.lease)) != nil else { return }
+        defer { slot.endCall() }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             self.threadPool.submit { state in
                 if case .active = state { body(slot) }
@@ -355,11 +359,15 @@ public struct PostgresSession: Sendable {
     private static func withConnection<T>(slot: PostgresSlot, url: String, _ body: (PostgresConnection) throws -> T) throws -> T {
         if slot.leased {
             // A session left inside a transaction (a caller that began one and neither committed nor rolled
-            // back) would run this lease's statements in it, or fail them all (25P02): a new connection instead.
-            if slot.connection?.isAlive != true || slot.connection?.isInTransaction == true {
+            // back) would run this lease's statements in it, or fail them all (25P02); one left without its
+            // statement timeout (``PostgresSession/withoutStatementTimeout(_:)`` could not restore it) would
+            // run them unbounded: a new connection instead.
+            if let connection = slot.connection,
+                !connection.isAlive || connection.isInTransaction || connection.answerDeadline != connection.defaultAnswerDeadline
+            {
                 slot.connection = nil
-                slot.connection = try PostgresConnection(url: url)
             }
+            if slot.connection == nil { slot.connection = try PostgresConnection(url: url) }
             slot.leased = false
         }
         guard let connection = slot.connection else { throw PostgresError(.connection, "the connection broke earlier in this lease") }

@@ -105,14 +105,19 @@ final class PostgresConnection {
             let match = setting.wholeMatch(of: /(\d+)(us|ms|s|min|h|d)?/),
             let amount = Int64(match.1), amount > 0
         else { return nil }
-        switch match.2 {
-        case "us": return .microseconds(amount)
-        case "s": return .seconds(amount)
-        case "min": return .seconds(amount * 60)
-        case "h": return .seconds(amount * 3600)
-        case "d": return .seconds(amount * 86400)
-        default: return .milliseconds(amount)
-        }
+        let microsecondsPerUnit: Int64 =
+            switch match.2 {
+            case "us": 1
+            case "s": 1_000_000
+            case "min": 60_000_000
+            case "h": 3_600_000_000
+            case "d": 86_400_000_000
+            default: 1000
+            }
+        // PostgreSQL takes at most INT_MAX milliseconds (24.8 days) and refuses the connection past that.
+        let (microseconds, overflow) = amount.multipliedReportingOverflow(by: microsecondsPerUnit)
+        guard !overflow, microseconds <= Int64(Int32.max) * 1000 else { return nil }
+        return .microseconds(microseconds)
     }
 
     /// Why libpq could not use this URL (an unknown parameter, a bad escape, an `sslmode` it does not
