@@ -138,7 +138,10 @@ public struct Configuration: Sendable {
         self.portFile = environment[portFileVariable].flatMap { $0.isEmpty ? nil : $0 }
         let poolSize = try reader.optionalInt("TOLLGATE_DATABASE_POOL_SIZE", range: 1...1000)
         self.databasePoolSize = poolSize ?? 16
-        self.workerDatabasePoolSize = poolSize ?? max(16, self.workerConcurrency / 16)
+        // One connection per 16 verifications in flight, 16 to 64: a worker at 100,000 in flight would
+        // otherwise open 6,250 connections (and threads), past what the variable itself allows and any
+        // server's `max_connections`.
+        self.workerDatabasePoolSize = poolSize ?? min(64, max(16, self.workerConcurrency / 16))
         self.redisPoolSize = try reader.int("TOLLGATE_REDIS_POOL_SIZE", default: 4, range: 1...256)
     }
 }
