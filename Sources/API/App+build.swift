@@ -12,10 +12,17 @@ struct APIApplication {
     let application: Application<RouterResponder<TollgateRequestContext>>
     let services: APIServices
 
-    /// Serves until SIGTERM/SIGINT, lets open requests finish, then closes the clients.
+    /// Serves until SIGTERM/SIGINT, lets the requests in progress finish for up to `TOLLGATE_SHUTDOWN_GRACE_S`
+    /// (then closes their connections: a client that stalls mid-request must not hold the stop until the
+    /// supervisor kills the process), then closes the clients.
     func run() async throws {
+        let grace = self.services.configuration.shutdownGraceSeconds
+        var group = ServiceGroupConfiguration(services: [self.application], gracefulShutdownSignals: [.sigterm, .sigint], logger: self.application.logger)
+        group.maximumGracefulShutdownDuration = .seconds(grace)
+        let deadline = ShutdownDeadline(seconds: grace + 5, process: "API", consequence: "", logger: self.application.logger)
+        defer { deadline.cancel() }
         do {
-            try await self.application.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+            try await ServiceGroup(configuration: group).run()
         } catch {
             await self.services.redis.shutdown()
             await self.services.database.shutdown()

@@ -78,7 +78,10 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     groupConfiguration.maximumGracefulShutdownDuration = .seconds(configuration.shutdownGraceSeconds)
     // Then at most 5 s for the cancelled jobs to park: past that the worker exits 1 (the service group's own
     // bound would trap instead).
-    let deadline = ShutdownDeadline(seconds: configuration.shutdownGraceSeconds + 5, logger: logger)
+    let deadline = ShutdownDeadline(
+        seconds: configuration.shutdownGraceSeconds + 5, process: "worker", consequence: ", what it still held stays pending for a peer to claim",
+        logger: logger
+    )
     defer { deadline.cancel() }
     logger.info("worker started", metadata: [
         "concurrency": "\(configuration.workerConcurrency)", "database_connections": "\(configuration.workerDatabasePoolSize)",

@@ -234,6 +234,36 @@ struct StartupTests {
     }
 
     @Test(
+        "the API's stop waits for a request in progress no longer than TOLLGATE_SHUTDOWN_GRACE_S, then closes it and exits 0",
+        .timeLimit(.minutes(2))
+    )
+    func stalledRequestDoesNotHoldTheStop() async throws {
+        let process = try ManagedProcess(
+            executable: "tollgate-api", arguments: ["serve"],
+            environment: [
+                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
+                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_HTTP_PORT": "0", "TOLLGATE_SHUTDOWN_GRACE_S": "1",
+            ],
+            portFileVariable: "TOLLGATE_HTTP_PORT_FILE"
+        )
+        do {
+            let client = try #require(LoopbackSocket(port: try await process.port()))
+            // One write: a whole request, then the head of a second and 10 of its 100 bytes. Once the first
+            // one's answer is back, the server has read the second one's head too, and waits for its body.
+            let stalled = "POST /api/3.0/json HTTP/1.1\r\nHost: tollgate\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"method\":"
+            #expect(client.write("GET /health/live HTTP/1.1\r\nHost: tollgate\r\n\r\n" + stalled))
+            let first = client.read(until: "\"ok\"}", seconds: 30)
+            #expect(first.hasPrefix("HTTP/1.1 200"), "\(first)")
+            process.signal(SIGTERM)
+            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+            #expect(client.closedByPeer(within: 5))
+        } catch {
+            await process.stop()
+            throw error
+        }
+    }
+
+    @Test(
         "a process whose Redis takes connections and never answers stops on SIGTERM with exit 0",
         arguments: Self.servingProcesses
     )

@@ -97,16 +97,5 @@ public final class DedicatedRedis: @unchecked Sendable {
     }
 
     /// Whether something accepts TCP connections on the loopback port.
-    public static func accepts(port: Int) -> Bool {
-        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socket >= 0 else { return false }
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        return withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
-    }
+    public static func accepts(port: Int) -> Bool { LoopbackSocket(port: port) != nil }
 }

@@ -111,11 +111,11 @@ check_systemd() {
   done
 }
 
-# The worker drains for TOLLGATE_SHUTDOWN_GRACE_S (default 25 s) and then cancels for up to 5 s:
-# systemd must not SIGKILL it before that. Prints the problem, if any.
+# The API and the workers drain for TOLLGATE_SHUTDOWN_GRACE_S (default 25 s; requests in progress, jobs
+# in flight) and then cancel for up to 5 s: systemd must not SIGKILL them before that. Prints the problem, if any.
 stop_timeout_problem() {
   local unit="$1" timeout
-  [[ "$(basename "$unit")" == tollgate-worker@.service ]] || return 0
+  [[ "$(basename "$unit")" == tollgate-worker@.service || "$(basename "$unit")" == tollgate-api.service ]] || return 0
   timeout="$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s\{0,1\}$/\1/p' "$unit")"
   if [[ -z "$timeout" ]] || (( timeout <= 30 )); then
     printf 'TimeoutStopSec=%s must be above TOLLGATE_SHUTDOWN_GRACE_S (25) + 5 seconds' "${timeout:-unset}"

@@ -138,6 +138,8 @@ def check_cross_references(resources: list[tuple[pathlib.Path, dict]], variables
                 add(path, f"{label}: selector {selector} does not match the pod labels {labels}")
             for container in containers_of(resource):
                 args = (container.get("command") or []) + (container.get("args") or [])
+                if args[:1] in (["tollgate-api"], ["tollgate-worker"]):
+                    check_stop_budget(path, label, resource, container, config_data, add)
                 if args[:1] == ["tollgate-worker"]:
                     check_worker(path, label, resource, container, config_data, by_kind, add)
 
@@ -177,12 +179,19 @@ def check_cross_references(resources: list[tuple[pathlib.Path, dict]], variables
     return problems
 
 
-def check_worker(path, label, resource, container, config_data, by_kind, add) -> None:
+def check_stop_budget(path, label, resource, container, config_data, add) -> None:
+    # After its preStop pause, the API or worker drains for TOLLGATE_SHUTDOWN_GRACE_S (requests in
+    # progress, jobs in flight), then cancels for up to 5 s: Kubernetes must not SIGKILL it before that.
     grace = int(config_data.get("TOLLGATE_SHUTDOWN_GRACE_S", "25"))
     period = pod_spec(resource).get("terminationGracePeriodSeconds", 30)
-    # The worker drains for TOLLGATE_SHUTDOWN_GRACE_S, then cancels for up to 5 s.
-    if period <= grace + 5:
-        add(path, f"{label}: terminationGracePeriodSeconds {period} must exceed TOLLGATE_SHUTDOWN_GRACE_S ({grace}) + 5")
+    pre_stop = (((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command") or []
+    pause = int(pre_stop[1]) if pre_stop[:1] == ["sleep"] and len(pre_stop) > 1 and str(pre_stop[1]).isdigit() else 0
+    if period <= pause + grace + 5:
+        add(path, f"{label}: terminationGracePeriodSeconds {period} must exceed the preStop pause ({pause}) + "
+                  f"TOLLGATE_SHUTDOWN_GRACE_S ({grace}) + 5")
+
+
+def check_worker(path, label, resource, container, config_data, by_kind, add) -> None:
     env = {e["name"]: e for e in container.get("env") or []}
     name = env.get("TOLLGATE_WORKER_NAME", {})
     if ((name.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") != "metadata.name":

@@ -1,0 +1,70 @@
+import Foundation
+
+/// A blocking TCP connection to a port on 127.0.0.1, for tests that must speak below HTTP (a request cut
+/// off half-way) or only need to know that something listens.
+public final class LoopbackSocket {
+    private let descriptor: Int32
+
+    /// Connects, or returns nil when nothing accepts on the port.
+    public init?(port: Int) {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return nil }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard connected else {
+            close(descriptor)
+            return nil
+        }
+        self.descriptor = descriptor
+    }
+
+    deinit { close(self.descriptor) }
+
+    /// Writes all of `text`; false when the connection refuses it.
+    @discardableResult
+    public func write(_ text: String) -> Bool {
+        Array(text.utf8).withUnsafeBytes { bytes in
+            var sent = 0
+            while sent < bytes.count {
+                let written = send(self.descriptor, bytes.baseAddress! + sent, bytes.count - sent, Int32(MSG_NOSIGNAL))
+                if written <= 0 { return false }
+                sent += written
+            }
+            return true
+        }
+    }
+
+    /// Reads until what was read contains `marker`, the peer closes, or `seconds` pass; returns what was read.
+    public func read(until marker: String, seconds: Int32) -> String {
+        var received: [UInt8] = []
+        let deadline = ContinuousClock.now + .seconds(Int(seconds))
+        while !String(decoding: received, as: UTF8.self).contains(marker) {
+            let left = deadline - ContinuousClock.now
+            guard left > .zero else { break }
+            var ready = pollfd(fd: self.descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&ready, 1, Int32(left.components.seconds * 1000 + 1)) > 0 else { continue }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = recv(self.descriptor, &buffer, buffer.count, 0)
+            if count <= 0 { break }
+            received += buffer[..<count]
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
+
+    /// Whether the peer closed the connection within `seconds` (reads past any data it sent first).
+    public func closedByPeer(within seconds: Int32) -> Bool {
+        let deadline = ContinuousClock.now + .seconds(Int(seconds))
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now < deadline {
+            var ready = pollfd(fd: self.descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&ready, 1, 100) > 0 else { continue }
+            if recv(self.descriptor, &buffer, buffer.count, 0) <= 0 { return true }
+        }
+        return false
+    }
+}
