@@ -94,6 +94,33 @@ struct StartupTests {
         try await http.shutdown()
     }
 
+    @Test("a worker whose database PostgreSQL refuses says so in its log at once, not at debug level")
+    func workerWithRefusedDatabase() async throws {
+        let database = try #require(URLComponents(string: try TestEnvironment.databaseURL()))
+        var missing = database
+        missing.path = "/no_such_database_\(UUID().uuidString.prefix(8).lowercased())"
+        let worker = try ManagedProcess(
+            executable: "tollgate-worker",
+            environment: [
+                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try #require(missing.string),
+                "TOLLGATE_QUEUE_PREFIX": TestEnvironment.uniquePrefix(), "TOLLGATE_METRICS_PORT": "0", "TOLLGATE_HTTP_HOST": "127.0.0.1",
+            ],
+            portFileVariable: "TOLLGATE_METRICS_PORT_FILE"
+        )
+        do {
+            let line = try await Poll.until(timeout: .seconds(30), "the worker's line about the database") {
+                worker.log().split(separator: "\n").first { $0.contains("cannot read the database schema") }
+            }
+            #expect(line.contains(#""level":"error""#), "\(line)")
+            #expect(line.contains("does not exist"), "\(line)")
+            worker.signal(SIGTERM)
+            #expect(try await worker.waitForExit(timeout: .seconds(30)) == 0, "\(worker.logTail())")
+        } catch {
+            await worker.stop()
+            throw error
+        }
+    }
+
     /// The API and the worker as serving processes: executable, arguments, the variable that picks any free
     /// port, and the one naming the file it writes that port to.
     static let servingProcesses: [(String, [String], [String: String], String)] = [

@@ -43,9 +43,11 @@ public final class SchemaCheck: Sendable {
     }
 
     /// Returns once the schema is current (true), or when the task is cancelled (false). Says in the log
-    /// what is missing and what to run, at once and then every minute.
+    /// what is missing and what to run, or why PostgreSQL cannot be read (away, or refusing the URL's
+    /// credentials or database), at once and then every minute.
     public func waitUntilCurrent(logger: Logger, interval: Duration = .seconds(2)) async -> Bool {
         var lastReport: ContinuousClock.Instant?
+        func due() -> Bool { lastReport.map { ContinuousClock.now - $0 >= .seconds(60) } ?? true }
         while !Task.isCancelled {
             do {
                 let missing = try await self.missing()
@@ -53,13 +55,17 @@ public final class SchemaCheck: Sendable {
                     if lastReport != nil { logger.info("the database schema is current; starting") }
                     return true
                 }
-                if lastReport.map({ ContinuousClock.now - $0 >= .seconds(60) }) ?? true {
+                if due() {
                     logger.error("waiting for the database schema: \(Self.describe(missing))")
                     lastReport = .now
                 }
             } catch {
-                // PostgreSQL away: readiness says so; try again.
-                logger.debug("cannot read the schema's version", metadata: ["error": "\(error)"])
+                // Readiness says so too; try again. A wrong password or database name looks the same from here
+                // as a server that is down (libpq gives no SQLSTATE for a refused connection): the text tells.
+                if due() {
+                    logger.error("cannot read the database schema; retrying", metadata: ["error": "\(LoggableError.describe(error))"])
+                    lastReport = .now
+                }
             }
             try? await Task.sleep(for: interval)
         }
