@@ -795,6 +795,33 @@ struct PostgresClientTests {
         }
     }
 
+    @Test(
+        "an answer whose last TLS record libpq could read only part of is read at once, not given up at the deadline",
+        .timeLimit(.minutes(2))
+    )
+    func tlsRecordLargerThanTheRoomLeft() async throws {
+        let base = try await TestEnvironment.freshDatabase()
+        let proxy = try await TLSRecordProxy(upstreamPort: try #require(URLComponents(string: base)?.port))
+        var components = try #require(URLComponents(string: base))
+        components.port = proxy.port
+        // A statement timeout gives every call a deadline, so the client waits on the socket itself (libpq's
+        // own wait, without one, looks inside OpenSSL first).
+        let url = try Self.url(
+            try #require(components.string),
+            adding: [URLQueryItem(name: "sslmode", value: "require"), URLQueryItem(name: "options", value: "-c statement_timeout=2s")]
+        )
+        let client = PostgresClient(url: url, connections: 1)
+        try await TestEnvironment.using(client, proxy) {
+            // Rows of 5 KB: the answer's last 16 KB record starts part-way through a row, and libpq's 16 KB
+            // buffer, holding that row's beginning, has less room than the record.
+            for _ in 0..<3 {
+                let result = try await client.query("SELECT repeat('x', 5000) AS x FROM generate_series(1, 20)")
+                #expect(result.rows.count == 20)
+                #expect(try result.first?.decode(String.self, "x").count == 5000)
+            }
+        }
+    }
+
     @Test("a statement a kept session started inside its lease ends before the connection serves the next lease")
     func leaseEndsAfterItsLastCall() async throws {
         try await TestDatabase.withFresh(connections: 1) { client, _ in

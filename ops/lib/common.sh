@@ -122,6 +122,9 @@ tg_install_deps() {
   if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libpq; then
     missing+=(libpq-dev)
   fi
+  # The libpq wrapper asks OpenSSL what it holds for a TLS connection; the tests make certificates.
+  [[ -f /usr/include/openssl/ssl.h ]] || missing+=(libssl-dev)
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
   if [[ ${#missing[@]} -eq 0 ]]; then
     tg_log "system packages: all present"

@@ -319,7 +319,7 @@ public struct PostgresSession: Sendable {
                 return
             }
             do {
-                try connection.execute("ROLLBACK", [])
+                _ = try connection.execute("ROLLBACK", [])
             } catch {
                 // The session state is unknown: drop the connection rather than hand it out mid-transaction.
                 slot.connection = nil

@@ -297,6 +297,12 @@ final class PostgresConnection {
     private func nextResult(until deadline: ContinuousClock.Instant?) throws -> OpaquePointer? {
         if let deadline {
             while PQisBusy(self.handle) == 1 {
+                // The rest of a TLS record libpq read only part of (its buffer had less room) waits inside
+                // OpenSSL, not on the socket: when it ends the answer, a poll would wait until the deadline.
+                if tollgate_pq_tls_pending(self.handle) > 0 {
+                    guard PQconsumeInput(self.handle) == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+                    continue
+                }
                 let left = deadline - ContinuousClock.now
                 guard left > .zero else {
                     throw PostgresError(.connection, "PostgreSQL sent no answer within \(self.answerDeadline ?? .zero) (statement timeout and grace)")
