@@ -11,23 +11,12 @@ public final class TLSRecordProxy: AsyncShutdown {
 
     /// Starts a proxy in front of the PostgreSQL on 127.0.0.1:`upstreamPort`.
     public init(upstreamPort: Int) async throws {
-        let directory = try TestEnvironment.stateDirectory() + "/tls-proxy-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let generate = Process()
-        generate.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        generate.arguments = [
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-            "-keyout", "\(directory)/key.pem", "-out", "\(directory)/cert.pem",
-        ]
-        generate.standardOutput = FileHandle.nullDevice
-        generate.standardError = FileHandle.nullDevice
-        try generate.run()
-        generate.waitUntilExit()
-        guard generate.terminationStatus == 0 else { throw ManagedProcess.Failure("openssl could not make a certificate") }
+        let certificate = try SelfSignedCertificate(purpose: "tls-proxy")
+        let directory = certificate.directory
         try Self.script.write(toFile: "\(directory)/proxy.py", atomically: true, encoding: .utf8)
         self.process = try ManagedProcess(
             executable: "/usr/bin/python3",
-            arguments: ["\(directory)/proxy.py", String(upstreamPort), "\(directory)/cert.pem", "\(directory)/key.pem"],
+            arguments: ["\(directory)/proxy.py", String(upstreamPort), certificate.certificatePath, certificate.keyPath],
             environment: [:], portFileVariable: "PROXY_PORT_FILE"
         )
         self.port = try await self.process.port(timeout: .seconds(30))

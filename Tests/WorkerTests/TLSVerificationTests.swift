@@ -10,24 +10,11 @@ import TestSupport
 struct TLSVerificationTests {
     @Test("a self-signed certificate is refused: the call is a transport failure, retried, never an answer")
     func selfSignedRefused() async throws {
-        let directory = try TestEnvironment.stateDirectory() + "/tls-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let generate = Process()
-        generate.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        generate.arguments = [
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", "\(directory)/key.pem", "-out", "\(directory)/cert.pem",
-        ]
-        generate.standardOutput = FileHandle.nullDevice
-        generate.standardError = FileHandle.nullDevice
-        try generate.run()
-        generate.waitUntilExit()
-        try #require(generate.terminationStatus == 0, "openssl could not make a certificate")
-
+        let certificate = try SelfSignedCertificate(purpose: "tls")
         let port = try DedicatedRedis.freePort()
         let server = try ManagedProcess(
             executable: "/usr/bin/openssl",
-            arguments: ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", "\(directory)/cert.pem", "-key", "\(directory)/key.pem", "-www", "-quiet"],
+            arguments: ["s_server", "-accept", "127.0.0.1:\(port)", "-cert", certificate.certificatePath, "-key", certificate.keyPath, "-www", "-quiet"],
             environment: [:], portFileVariable: nil
         )
         do {
