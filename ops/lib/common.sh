@@ -172,11 +172,25 @@ tg_write_headers() {
   (umask 077 && printf '%s\n' "$@" >"$file")
 }
 
-# tg_drop_product_env [PATTERN...]: unsets the product's variables (TOLLGATE_*, APPSTORE_EMULATOR_*) but
-# those matching a glob PATTERN (the script's own settings). The caller's shell (a sourced tollgate.env,
-# or a test rig's leftovers) must not change what a script starts, or where it listens.
+# tg_drop_libpq_env: unsets libpq's variables (PGHOST, PGHOSTADDR, PGSSLMODE, PGSERVICE, …). A shell set
+# up for a cloud database would otherwise send psql and the pieces to that server, or demand TLS of the
+# one a script started.
+tg_drop_libpq_env() {
+  local name
+  for name in $(compgen -e); do
+    case "$name" in
+      PG[A-Z]*) unset "$name" ;;
+    esac
+  done
+}
+
+# tg_drop_product_env [PATTERN...]: unsets libpq's variables and the product's (TOLLGATE_*,
+# APPSTORE_EMULATOR_*) but those matching a glob PATTERN (the script's own settings). The caller's shell
+# (a sourced tollgate.env, a cloud database's settings, a test rig's leftovers) must not change what a
+# script starts, what it connects to, or where it listens.
 tg_drop_product_env() {
   local name pattern keep
+  tg_drop_libpq_env
   for name in $(compgen -e); do
     case "$name" in
       TOLLGATE_* | APPSTORE_EMULATOR_*) ;;
