@@ -321,19 +321,19 @@ tg_write_pidfile() {
   printf '%s %s\n' "$pid" "$(tg_pid_starttime "$pid")" >"$file"
 }
 
-# The pid stored in FILE, when that process is alive and, if FILE records a start time (tg_write_pidfile),
-# is still the process that started then; empty otherwise (after a restart of the machine or the
-# container, the pid may belong to an unrelated process now).
+# The pid stored in FILE, when that process is alive and, if FILE is one of tg_write_pidfile's ("PID
+# STARTTIME"), still the process that started then; empty otherwise. After a restart of the machine or the
+# container the pid may belong to an unrelated process now; tg_write_pidfile's file with an empty start
+# time was written for a process already gone. A server's own pid file (Redis') holds the pid alone.
 tg_pidfile_pid() {
   local file="$1" line pid started
   [[ -f "$file" ]] || return 0
   line="$(head -n 1 "$file" 2>/dev/null || true)"
   pid="$(tr -dc '0-9' <<<"${line%% *}")"
-  started=""
-  [[ "$line" == *" "* ]] && started="$(tr -dc '0-9' <<<"${line#* }")"
   tg_pid_alive "$pid" || return 0
-  if [[ -n "$started" && "$(tg_pid_starttime "$pid")" != "$started" ]]; then
-    return 0
+  if [[ "$line" == *" "* ]]; then
+    started="$(tr -dc '0-9' <<<"${line#* }")"
+    [[ -n "$started" && "$(tg_pid_starttime "$pid")" == "$started" ]] || return 0
   fi
   printf '%s' "$pid"
 }
@@ -571,6 +571,10 @@ tg_redis_pid() {
   pid="$(tg_pidfile_pid "$dir/redis.pid")"
   if [[ -n "$pid" ]] && ! tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-server .*:$port\b"; then
     pid=""
+  fi
+  # Its pid file gone or empty (deleted, a full disk): a Redis on the port that works in DIR is still ours.
+  if [[ -z "$pid" && "$(timeout 5 redis-cli -h 127.0.0.1 -p "$port" CONFIG GET dir 2>/dev/null | tail -n 1)" == "$(realpath -m -- "$dir")" ]]; then
+    pid="$(timeout 5 redis-cli -h 127.0.0.1 -p "$port" INFO server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p')"
   fi
   printf '%s' "$pid"
 }
