@@ -117,7 +117,9 @@ struct FulfilmentTests {
         }
     }
 
-    @Test("an offer sold in two apps, one app's product disabled: a job accepted since is rejected offer_mismatch, one accepted before is granted")
+    @Test(
+        "an offer sold in two apps, one app's product disabled: a job accepted since is rejected offer_mismatch, even after a later edit of the product; one accepted before is granted"
+    )
     func productDisabledInOneApp() async throws {
         try await WorkerHarness.with { harness in
             try await harness.app(Self.bundle)
@@ -131,12 +133,21 @@ struct FulfilmentTests {
             let before = try await harness.submit(email: "early@example.com", offerId: "PREMIUM", transactionId: early, receipt: receipt(early))
 
             let disabled = try await harness.catalog.updateProduct(id: tv.id, ProductPatch(enabled: false))
+            let disabledAt = try #require(disabled.disabledAt)
             // Accepted strictly after the change, at the milliseconds jobs are stamped with.
             _ = try await Poll.until(timeout: .seconds(5), interval: .milliseconds(1), "the clock past the change") {
-                Double(WallClock.nowMilliseconds()) / 1000 > disabled.updatedAt.timeIntervalSince1970 + 0.001 ? true : nil
+                Double(WallClock.nowMilliseconds()) / 1000 > disabledAt.timeIntervalSince1970 + 0.001 ? true : nil
             }
             let late = ScenarioReceipt.transactionId()
             let after = try await harness.submit(email: "late@example.com", offerId: "PREMIUM", transactionId: late, receipt: receipt(late))
+            // An edit after that job was accepted (a new title, the product still disabled) must not put it back on sale for it.
+            let submitted = WallClock.nowMilliseconds()
+            _ = try await Poll.until(timeout: .seconds(5), interval: .milliseconds(1), "the clock past the submission") {
+                WallClock.nowMilliseconds() > submitted + 2 ? true : nil
+            }
+            let renamed = try await harness.catalog.updateProduct(id: tv.id, ProductPatch(title: "Premium on TV"))
+            #expect(renamed.disabledAt == disabledAt)
+            #expect(renamed.updatedAt > disabledAt)
 
             #expect(try await harness.workUntilFinal(before).status == .granted, "paid while the product was on sale")
             let refused = try await harness.workUntilFinal(after)

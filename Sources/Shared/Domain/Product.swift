@@ -26,6 +26,8 @@ public struct Product: Sendable, Equatable {
     public var durationDays: Int?
     /// Whether new submissions for it are accepted.
     public var enabled: Bool
+    /// When it was last disabled, while it is: jobs accepted before then are still granted.
+    public var disabledAt: Date?
     /// When it was created.
     public var createdAt: Date
     /// When it last changed.
@@ -34,7 +36,8 @@ public struct Product: Sendable, Equatable {
     /// Creates a product.
     public init(
         id: UUID, publisherId: UUID, appId: UUID, bundleId: String, productId: String, offerId: String, kind: ProductKind,
-        title: String, description: String?, coins: Int?, durationDays: Int?, enabled: Bool, createdAt: Date, updatedAt: Date
+        title: String, description: String?, coins: Int?, durationDays: Int?, enabled: Bool, disabledAt: Date? = nil, createdAt: Date,
+        updatedAt: Date
     ) {
         self.id = id
         self.publisherId = publisherId
@@ -48,6 +51,7 @@ public struct Product: Sendable, Equatable {
         self.coins = coins
         self.durationDays = durationDays
         self.enabled = enabled
+        self.disabledAt = disabledAt
         self.createdAt = createdAt
         self.updatedAt = updatedAt
     }

@@ -144,7 +144,7 @@ public struct CatalogStore: Sendable {
     /// Columns of a product joined with its app's bundle id.
     private static let productColumns = """
         p.id, p.publisher_id, p.app_id, a.bundle_id, p.product_id, p.offer_id, p.kind, p.title, p.description,
-        p.coins, p.duration_days, p.enabled, p.created_at, p.updated_at
+        p.coins, p.duration_days, p.enabled, p.disabled_at, p.created_at, p.updated_at
         """
 
     /// Adds a product to one of a publisher's apps, creating the app (unregistered: no shared secret, sandbox
@@ -165,8 +165,9 @@ public struct CatalogStore: Sendable {
                 let result = try await session.query(
                     """
                     WITH inserted AS (
-                        INSERT INTO products (id, publisher_id, app_id, product_id, offer_id, kind, title, description, coins, duration_days, enabled)
-                        SELECT $3, $1, a.id, $4, $5, $6, $7, $8, $9, $10, $11 FROM apps a WHERE \(Self.sameAppCondition) LIMIT 1
+                        INSERT INTO products (id, publisher_id, app_id, product_id, offer_id, kind, title, description, coins, duration_days, enabled, disabled_at)
+                        SELECT $3, $1, a.id, $4, $5, $6, $7, $8, $9, $10, $11, CASE WHEN $11 THEN NULL ELSE now() END
+                        FROM apps a WHERE \(Self.sameAppCondition) LIMIT 1
                         RETURNING *
                     )
                     SELECT \(Self.productColumns) FROM inserted p JOIN apps a ON a.id = p.app_id
@@ -207,7 +208,9 @@ public struct CatalogStore: Sendable {
             WITH updated AS (
                 UPDATE products SET
                     enabled = COALESCE($2, enabled), title = COALESCE($3, title), description = NULLIF(COALESCE($4, description), ''),
-                    coins = COALESCE($5, coins), duration_days = COALESCE($6, duration_days), updated_at = now()
+                    coins = COALESCE($5, coins), duration_days = COALESCE($6, duration_days), updated_at = now(),
+                    -- Moved only by disabling (the old values are read here): a title changed later keeps it.
+                    disabled_at = CASE WHEN COALESCE($2, enabled) THEN NULL WHEN enabled THEN now() ELSE disabled_at END
                 WHERE id = $1 RETURNING *
             )
             SELECT \(Self.productColumns) FROM updated p JOIN apps a ON a.id = p.app_id
@@ -251,8 +254,8 @@ public struct CatalogStore: Sendable {
             productId: try row.decode(String.self, "product_id"), offerId: try row.decode(String.self, "offer_id"),
             kind: kind, title: try row.decode(String.self, "title"), description: try row.decode(String?.self, "description"),
             coins: try row.decode(Int?.self, "coins"), durationDays: try row.decode(Int?.self, "duration_days"),
-            enabled: try row.decode(Bool.self, "enabled"), createdAt: try row.decode(Date.self, "created_at"),
-            updatedAt: try row.decode(Date.self, "updated_at")
+            enabled: try row.decode(Bool.self, "enabled"), disabledAt: try row.decode(Date?.self, "disabled_at"),
+            createdAt: try row.decode(Date.self, "created_at"), updatedAt: try row.decode(Date.self, "updated_at")
         )
     }
 }

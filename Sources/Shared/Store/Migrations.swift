@@ -206,5 +206,13 @@ public enum Migrations {
             );
             CREATE INDEX cancellations_original ON cancellations (app_id, original_transaction_id);
             """),
+        Migration(version: 9, name: "when a product was disabled", sql: """
+            -- A job accepted before its product was disabled is still granted: the customer paid while it was
+            -- on sale. That moment was read from updated_at, which any later change (a new title) moves past
+            -- jobs accepted while the product was off sale. Products disabled before this migration count as
+            -- disabled at their last change, as before.
+            ALTER TABLE products ADD COLUMN disabled_at timestamptz;
+            UPDATE products SET disabled_at = updated_at WHERE NOT enabled;
+            """),
     ]
 }
