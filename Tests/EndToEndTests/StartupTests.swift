@@ -291,6 +291,39 @@ struct StartupTests {
     }
 
     @Test(
+        "the API closes a connection that goes quiet half-way through a request, or idle between requests, after TOLLGATE_HTTP_IDLE_TIMEOUT_S",
+        .timeLimit(.minutes(2))
+    )
+    func quietConnectionsClosed() async throws {
+        let process = try ManagedProcess(
+            executable: "tollgate-api", arguments: ["serve"],
+            environment: [
+                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
+                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_HTTP_PORT": "0", "TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1",
+            ],
+            portFileVariable: "TOLLGATE_HTTP_PORT_FILE"
+        )
+        do {
+            let port = try await process.port()
+            let halfHead = try #require(LoopbackSocket(port: port))
+            #expect(halfHead.write("GET /health/live HTTP/1.1\r\nHost: tollgate\r\n"))
+            let halfBody = try #require(LoopbackSocket(port: port))
+            #expect(halfBody.write("POST /api/3.0/json HTTP/1.1\r\nHost: tollgate\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"method\":"))
+            let idle = try #require(LoopbackSocket(port: port))
+            #expect(idle.write("GET /health/live HTTP/1.1\r\nHost: tollgate\r\n\r\n"))
+            #expect(idle.read(until: "\"ok\"}", seconds: 30).hasPrefix("HTTP/1.1 200"))
+            #expect(halfHead.closedByPeer(within: 30))
+            #expect(halfBody.closedByPeer(within: 30))
+            #expect(idle.closedByPeer(within: 30))
+            process.signal(SIGTERM)
+            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+        } catch {
+            await process.stop()
+            throw error
+        }
+    }
+
+    @Test(
         "a process whose Redis takes connections and never answers stops on SIGTERM with exit 0",
         arguments: Self.servingProcesses
     )

@@ -30,6 +30,7 @@ struct ConfigurationTests {
         #expect(configuration.tokenSecret == nil)
         #expect(configuration.rateLimitPerSecond == 1000)
         #expect(configuration.rateLimitBurst == 2000)
+        #expect(configuration.httpIdleTimeoutSeconds == 75)
         #expect(configuration.databasePoolSize == 16)
         #expect(configuration.workerDatabasePoolSize == 16)
         #expect(configuration.redisPoolSize == 4)
@@ -42,6 +43,7 @@ struct ConfigurationTests {
             "TOLLGATE_REDIS_URL": "redis://:pw@cache:6380/2",
             "TOLLGATE_HTTP_HOST": "0.0.0.0",
             "TOLLGATE_HTTP_PORT": "0",
+            "TOLLGATE_HTTP_IDLE_TIMEOUT_S": "30",
             "TOLLGATE_ADMIN_TOKEN": "0123456789abcdef0123",
             "TOLLGATE_APPLE_PRODUCTION_URL": "http://127.0.0.1:9000/verifyReceipt",
             "TOLLGATE_APPLE_SANDBOX_URL": "http://127.0.0.1:9000/sandbox/verifyReceipt",
@@ -68,6 +70,7 @@ struct ConfigurationTests {
         #expect(configuration.redis.password == "pw")
         #expect(configuration.httpHost == "0.0.0.0")
         #expect(configuration.httpPort == 0)
+        #expect(configuration.httpIdleTimeoutSeconds == 30)
         #expect(configuration.adminToken == "0123456789abcdef0123")
         #expect(configuration.appleProductionURL == "http://127.0.0.1:9000/verifyReceipt")
         #expect(configuration.appleSandboxURL == "http://127.0.0.1:9000/sandbox/verifyReceipt")
@@ -91,6 +94,7 @@ struct ConfigurationTests {
             ("TOLLGATE_HTTP_PORT", "abc"),
             ("TOLLGATE_HTTP_PORT", "70000"),
             ("TOLLGATE_HTTP_PORT", "-1"),
+            ("TOLLGATE_HTTP_IDLE_TIMEOUT_S", "0"),
             ("TOLLGATE_METRICS_PORT", "65536"),
             ("TOLLGATE_LOG_LEVEL", "loud"),
             ("TOLLGATE_LOG_FORMAT", "xml"),

@@ -13,6 +13,9 @@ public struct Configuration: Sendable {
     public var httpHost: String
     /// `TOLLGATE_HTTP_PORT` (0 picks a free port).
     public var httpPort: Int
+    /// `TOLLGATE_HTTP_IDLE_TIMEOUT_S`: an API connection that sends nothing for this long, while idle or half-way
+    /// through a request, is closed.
+    public var httpIdleTimeoutSeconds: Int
     /// `TOLLGATE_ADMIN_TOKEN`; `nil` disables the admin routes.
     public var adminToken: String?
     /// `TOLLGATE_APPLE_PRODUCTION_URL`.
@@ -101,6 +104,7 @@ public struct Configuration: Sendable {
         self.redis = try RedisConfiguration(url: reader.string("TOLLGATE_REDIS_URL", default: "redis://127.0.0.1:6379/0"))
         self.httpHost = try reader.host("TOLLGATE_HTTP_HOST", default: "127.0.0.1")
         self.httpPort = try reader.int("TOLLGATE_HTTP_PORT", default: 8080, range: 0...65535)
+        self.httpIdleTimeoutSeconds = try reader.int("TOLLGATE_HTTP_IDLE_TIMEOUT_S", default: 75, range: 1...3600)
         self.adminToken = try reader.optionalSecret("TOLLGATE_ADMIN_TOKEN", recommendedLength: 16, warnings: &self.warnings)
         self.appleProductionURL = try reader.url("TOLLGATE_APPLE_PRODUCTION_URL", default: "https://buy.itunes.apple.com/verifyReceipt")
         self.appleSandboxURL = try reader.url("TOLLGATE_APPLE_SANDBOX_URL", default: "https://sandbox.itunes.apple.com/verifyReceipt")
