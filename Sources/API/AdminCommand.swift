@@ -131,7 +131,13 @@ struct Admin: AsyncParsableCommand {
     }
 
     struct Apps: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Add apps to a publisher.", subcommands: [Create.self])
+        static let configuration = CommandConfiguration(abstract: "Add apps to a publisher, change their settings.", subcommands: [Create.self, Update.self])
+
+        /// The shared secret in the file at `path` (`-`: standard input), trimmed.
+        static func sharedSecret(from path: String) throws -> String {
+            let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: path))
+            return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
 
         struct Create: AsyncParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Add an app (bundle id) to a publisher.")
@@ -144,11 +150,39 @@ struct Admin: AsyncParsableCommand {
 
             func run() async throws {
                 var body: [String: Any] = ["bundleId": self.bundleId, "allowSandbox": !self.noSandbox]
-                if let path = self.sharedSecretFile {
-                    let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: path))
-                    body["sharedSecret"] = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-                }
+                if let path = self.sharedSecretFile { body["sharedSecret"] = try Apps.sharedSecret(from: path) }
                 try await self.connection.call(.POST, "/publishers/\(try pathSegment(self.publisherId))/apps", body: body)
+            }
+        }
+
+        struct Update: AsyncParsableCommand {
+            static let configuration = CommandConfiguration(
+                abstract: "Change an app's shared secret or sandbox setting; then requeue its jobs that failed shared_secret_mismatch."
+            )
+            @OptionGroup var connection: Connection
+            @Option(help: "The publisher id.") var publisherId: String
+            @Option(help: "The app's bundle id.") var bundleId: String
+            @Option(help: "A file holding the app's new App Store shared secret ('-' reads standard input); kept off the command line.")
+            var sharedSecretFile: String?
+            @Flag(help: "Remove the app's shared secret.") var removeSharedSecret = false
+            @Option(help: "Whether the app's sandbox receipts are accepted: true or false.") var allowSandbox: Bool?
+
+            func validate() throws {
+                if self.sharedSecretFile != nil, self.removeSharedSecret {
+                    throw ValidationError("give --shared-secret-file or --remove-shared-secret, not both")
+                }
+                if self.sharedSecretFile == nil, !self.removeSharedSecret, self.allowSandbox == nil {
+                    throw ValidationError("nothing to change: give --shared-secret-file, --remove-shared-secret or --allow-sandbox")
+                }
+            }
+
+            func run() async throws {
+                var body: [String: Any] = [:]
+                if let path = self.sharedSecretFile { body["sharedSecret"] = try Apps.sharedSecret(from: path) }
+                if self.removeSharedSecret { body["sharedSecret"] = NSNull() }
+                if let allowSandbox = self.allowSandbox { body["allowSandbox"] = allowSandbox }
+                let path = "/publishers/\(try pathSegment(self.publisherId))/apps/\(try bundleSegment(self.bundleId))"
+                try await self.connection.call(.PATCH, path, body: body)
             }
         }
     }
@@ -245,6 +279,14 @@ private func pathSegment(_ id: String) throws -> String {
         throw ValidationError("'\(id)' is not an id")
     }
     return id
+}
+
+/// A bundle id as one segment of a path (Apple's are letters, digits, `.`, `-` and `_`).
+private func bundleSegment(_ bundleId: String) throws -> String {
+    guard !bundleId.isEmpty, bundleId.count <= 255, bundleId.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
+        throw ValidationError("'\(bundleId)' is not a bundle id")
+    }
+    return bundleId
 }
 
 extension String {

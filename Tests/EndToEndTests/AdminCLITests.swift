@@ -63,6 +63,19 @@ struct AdminCLITests {
             #expect(app.status == 0, "\(app.error)")
             #expect(app.json["bundleId"] as? String == "com.example.cli")
             #expect(!app.output.contains("cli-shared-secret"))
+            let updated = try await Self.admin(
+                system, ["apps", "update", "--publisher-id", publisherId, "--bundle-id", "com.example.CLI", "--shared-secret-file", "-", "--allow-sandbox", "false"],
+                token: token, stdin: "cli-right-secret\n"
+            )
+            #expect(updated.status == 0, "\(updated.error)")
+            #expect(updated.json["allowSandbox"] as? Bool == false)
+            #expect(!updated.output.contains("cli-right-secret"))
+            let nothing = try await Self.admin(system, ["apps", "update", "--publisher-id", publisherId, "--bundle-id", "com.example.cli"], token: token)
+            #expect(nothing.status == 64 && nothing.error.contains("nothing to change"), "\(nothing.error)")
+            let removed = try await Self.admin(
+                system, ["apps", "update", "--publisher-id", publisherId, "--bundle-id", "com.example.cli", "--remove-shared-secret"], token: token
+            )
+            #expect(removed.status == 0, "\(removed.error)")
 
             let product = try await Self.admin(system, [
                 "products", "create", "--publisher-id", publisherId, "--bundle-id", "com.example.cli", "--product-id", "cli.coins",

@@ -342,6 +342,30 @@ struct FulfilmentTests {
         }
     }
 
+    @Test("a wrong shared secret put right in the catalog: the dead-lettered job, requeued, is granted")
+    func sharedSecretPutRight() async throws {
+        try await WorkerHarness.with { harness in
+            try await Self.premium(harness, sharedSecret: "wrong-secret")
+            let (transaction, receipt) = Self.premiumReceipt(sharedSecret: "right-secret")
+            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            #expect(try await harness.workUntilFinal(job).reason == "shared_secret_mismatch")
+
+            let app = try await harness.catalog.updateApp(
+                publisherId: harness.publisher.id, bundleId: Self.bundle.uppercased(), sharedSecret: .some("right-secret"), allowSandbox: nil
+            )
+            #expect(app?.sharedSecret == "right-secret")
+            // The worker's app cache, as 5 s later.
+            harness.processor.fulfiller.apps.removeAll()
+            let record = try #require(try await harness.queue.record(jobId: job))
+            let requeued = try await harness.queue.requeue(
+                jobId: job, publisherId: harness.publisher.id, customerEmail: record.customerEmail, offerId: record.offerId,
+                now: WallClock.nowMilliseconds(), keyTTLSeconds: 3600
+            )
+            #expect(requeued == .requeued)
+            #expect(try await harness.workUntilFinal(job).status == .granted)
+        }
+    }
+
     @Test("attempts past the limit dead-letter the job as failed apple_unavailable")
     func exhaustedRetries() async throws {
         try await WorkerHarness.with(retry: RetryPolicy(baseMilliseconds: 5, maxDelayMilliseconds: 10, maxAttempts: 3, maxAgeSeconds: 3600)) { harness in

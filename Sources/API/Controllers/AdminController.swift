@@ -13,6 +13,7 @@ struct AdminController {
         group.patch("/publishers/:publisherId", use: self.updatePublisher)
         group.post("/publishers/:publisherId/credentials", use: self.rotateCredentials)
         group.post("/publishers/:publisherId/apps", use: self.createApp)
+        group.patch("/publishers/:publisherId/apps/:bundleId", use: self.updateApp)
         group.post("/products", use: self.createProduct)
         group.get("/products", use: self.listProducts)
         group.patch("/products/:productId", use: self.updateProduct)
@@ -121,13 +122,15 @@ struct AdminController {
     @Sendable func createApp(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         guard let publisherId = context.parameters.get("publisherId").flatMap(UUID.init(uuidString:)) else { throw APIError.notFound }
         let json = try await JSONObject.read(request)
-        let bundleId = try Self.identifier(json.requiredString("bundleId"), field: "bundleId")
-        let sharedSecret = try json.string("sharedSecret")
+        // Every field is read first (400 for one missing or ill-typed), then judged (422).
+        let bundleText = try json.requiredString("bundleId")
+        let secretText = try json.string("sharedSecret")
         let allowSandbox = try json.bool("allowSandbox") ?? true
+        let bundleId = try Self.identifier(bundleText, field: "bundleId")
+        let sharedSecret = try Self.sharedSecret(secretText)
         do {
             let app = try await self.services.catalog.createApp(
-                publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret.flatMap { $0.isEmpty ? nil : $0 },
-                allowSandbox: allowSandbox
+                publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret, allowSandbox: allowSandbox
             )
             context.logger.info("app created", metadata: [
                 "publisher": "\(publisherId.lowercasedString)", "app": "\(app.id.lowercasedString)", "bundle": "\(app.bundleId)",
@@ -142,6 +145,43 @@ struct AdminController {
         } catch CatalogError.conflict {
             throw APIError(.conflict, code: "conflict", "the publisher already has an app with this bundleId", field: "bundleId")
         }
+    }
+
+    /// Changes a registered app's `sharedSecret` (`null` or `""` removes it) or `allowSandbox`: a wrong secret
+    /// dead-letters its jobs `shared_secret_mismatch`, to be requeued once it is right. The bundle id is
+    /// matched in any case, as Apple's are.
+    @Sendable func updateApp(_ request: Request, context: TollgateRequestContext) async throws -> Response {
+        guard let publisherId = context.parameters.get("publisherId").flatMap(UUID.init(uuidString:)),
+            let bundleId = context.parameters.get("bundleId")
+        else { throw APIError.notFound }
+        let json = try await JSONObject.read(request)
+        let secretText: String?? = json.has("sharedSecret") ? .some(try json.string("sharedSecret")) : nil
+        let allowSandbox = try json.bool("allowSandbox")
+        let sharedSecret = try secretText.map { try Self.sharedSecret($0) }
+        guard let app = try await self.services.catalog.updateApp(
+            publisherId: publisherId, bundleId: bundleId, sharedSecret: sharedSecret, allowSandbox: allowSandbox
+        ) else { throw APIError.notFound }
+        context.logger.info("app updated", metadata: [
+            "publisher": "\(publisherId.lowercasedString)", "app": "\(app.id.lowercasedString)", "bundle": "\(app.bundleId)",
+            "allow_sandbox": "\(app.allowSandbox)", "shared_secret": "\(app.sharedSecret != nil)",
+            "changed": "\([sharedSecret.map { _ in "sharedSecret" }, allowSandbox.map { _ in "allowSandbox" }].compactMap { $0 }.joined(separator: ","))",
+        ])
+        return JSONBody.response(.ok, AppView(
+            id: app.id.lowercasedString, publisherId: publisherId.lowercasedString, bundleId: app.bundleId, allowSandbox: app.allowSandbox
+        ))
+    }
+
+    /// An App Store shared secret as sent: `nil` for none (`null` or empty). Apple's are 32 hexadecimal
+    /// characters; at most 256 printable ones are taken, since every worker keeps them in memory and sends
+    /// them with every verification.
+    static func sharedSecret(_ text: String?) throws -> String? {
+        guard let text, !text.isEmpty else { return nil }
+        guard text.utf8.count <= 256, text.utf8.allSatisfy({ (0x21...0x7e).contains($0) }) else {
+            throw APIError.invalid(
+                "sharedSecret", code: "invalid_sharedSecret", "sharedSecret must be at most 256 printable characters without spaces"
+            )
+        }
+        return text
     }
 
     // MARK: Products

@@ -131,6 +131,19 @@ public struct CatalogStore: Sendable {
     /// database from before this rule hold both.
     private static let sameAppCondition = "a.publisher_id = $1 AND lower(a.bundle_id) = lower($2) ORDER BY a.bundle_id = $2 DESC, a.created_at"
 
+    /// Changes the App Store settings of the publisher's app with this bundle id (in any case): `nil` leaves
+    /// a field as it is, `sharedSecret: .some(nil)` removes the secret. `nil` when there is no such app.
+    public func updateApp(publisherId: UUID, bundleId: String, sharedSecret: String??, allowSandbox: Bool?) async throws -> App? {
+        try await self.database.query(
+            """
+            UPDATE apps SET shared_secret = CASE WHEN $3 THEN $4 ELSE shared_secret END, allow_sandbox = COALESCE($5, allow_sandbox)
+            WHERE id = (SELECT a.id FROM apps a WHERE \(Self.sameAppCondition) LIMIT 1)
+            RETURNING id, publisher_id, bundle_id, shared_secret, allow_sandbox
+            """,
+            [publisherId, bundleId, sharedSecret != nil, sharedSecret ?? nil, allowSandbox]
+        ).rows.first.map(Self.app)
+    }
+
     /// A publisher's apps.
     public func apps(publisherId: UUID) async throws -> [App] {
         try await self.database.query(

@@ -13,7 +13,8 @@ struct AdminRouteTests {
     // MARK: Authentication
 
     static let adminRoutes: [(HTTPRequest.Method, String)] = [
-        (.post, "/admin/v1/publishers"), (.post, "/admin/v1/publishers/\(UUID())/apps"), (.post, "/admin/v1/products"),
+        (.post, "/admin/v1/publishers"), (.post, "/admin/v1/publishers/\(UUID())/apps"), (.patch, "/admin/v1/publishers/\(UUID())/apps/com.example.app"),
+        (.post, "/admin/v1/products"),
         (.get, "/admin/v1/products?publisherId=\(UUID())"), (.patch, "/admin/v1/products/\(UUID())"), (.get, "/admin/v1/queue"),
         (.get, "/admin/v1/dead-letters"), (.post, "/admin/v1/dead-letters/some-job/requeue"),
     ]
@@ -172,12 +173,62 @@ struct AdminRouteTests {
                 try await api.admin(.post, "/admin/v1/publishers/\(publisherId)/apps", json: ["bundleId": "com example"]),
                 .unprocessableContent, code: "invalid_bundleId", field: "bundleId"
             )
+            // Every field is read before any is judged: an ill-typed one is 400 whatever else is wrong.
+            expectError(
+                try await api.admin(.post, "/admin/v1/publishers/\(publisherId)/apps", json: ["bundleId": "com example", "allowSandbox": "yes"]),
+                .badRequest, code: "invalid_type", field: "allowSandbox"
+            )
+            // Every worker keeps the secret and sends it with every verification: a megabyte of one is refused.
+            expectError(
+                try await api.admin(.post, "/admin/v1/publishers/\(publisherId)/apps", json: ["bundleId": "com.example.big", "sharedSecret": String(repeating: "a", count: 257)]),
+                .unprocessableContent, code: "invalid_sharedSecret", field: "sharedSecret"
+            )
 
             let apps = try await api.services.database.query("SELECT count(*) AS n FROM apps").first?.decode(Int.self, "n")
             #expect(apps == 2)
             // The shared secret is kept for the worker (Apple needs it), and only for the app it was given to.
             let stored = try await api.services.database.query("SELECT shared_secret FROM apps WHERE bundle_id = 'com.example.app'").first
             #expect(try stored?.decode(String?.self, "shared_secret") == secret)
+        }
+    }
+
+    @Test("PATCH of an app changes its shared secret or sandbox setting, in any case of its bundle id; it validates and writes nothing when it refuses")
+    func updateApp() async throws {
+        try await APIHarness.withAPI { api in
+            let publisher = try await api.admin(.post, "/admin/v1/publishers", json: ["name": "P"]).json()
+            let publisherId = try #require(publisher["id"] as? String)
+            let created = try await api.admin(.post, "/admin/v1/publishers/\(publisherId)/apps", json: ["bundleId": "com.Example.app", "sharedSecret": "wrong"])
+            try #require(created.status == .created)
+            func stored() async throws -> (secret: String?, sandbox: Bool) {
+                let row = try #require(try await api.services.database.query("SELECT shared_secret, allow_sandbox FROM apps WHERE bundle_id = 'com.Example.app'").first)
+                return (try row.decode(String?.self, "shared_secret"), try row.decode(Bool.self, "allow_sandbox"))
+            }
+            let path = "/admin/v1/publishers/\(publisherId)/apps/com.example.APP"
+
+            let secret = "right-\(UUID().uuidString)"
+            let updated = try await api.admin(.patch, path, json: ["sharedSecret": secret])
+            #expect(updated.status == .ok)
+            let app = try updated.json()
+            #expect(app["id"] as? String == (try created.json()["id"] as? String))
+            #expect(app["bundleId"] as? String == "com.Example.app")
+            #expect(app["allowSandbox"] as? Bool == true)
+            #expect(!updated.text.contains(secret))
+            #expect(try await stored() == (secret, true))
+
+            #expect(try await api.admin(.patch, path, json: ["allowSandbox": false]).status == .ok)
+            #expect(try await stored() == (secret, false), "a field left out stays as it is")
+            #expect(try await api.admin(.patch, path, json: ["sharedSecret": NSNull()]).status == .ok)
+            #expect(try await stored() == (nil, false))
+            #expect(try await api.admin(.patch, path, json: ["sharedSecret": secret, "allowSandbox": true]).status == .ok)
+            #expect(try await api.admin(.patch, path, json: ["sharedSecret": ""]).status == .ok)
+            #expect(try await stored() == (nil, true))
+
+            expectError(try await api.admin(.patch, "/admin/v1/publishers/\(publisherId)/apps/com.example.other", json: ["allowSandbox": false]), .notFound, code: "not_found")
+            expectError(try await api.admin(.patch, "/admin/v1/publishers/\(UUID())/apps/com.example.app", json: ["allowSandbox": false]), .notFound, code: "not_found")
+            expectError(try await api.admin(.patch, path, json: ["sharedSecret": 5, "allowSandbox": false]), .badRequest, code: "invalid_type", field: "sharedSecret")
+            expectError(try await api.admin(.patch, path, json: ["sharedSecret": "a b", "allowSandbox": "no"]), .badRequest, code: "invalid_type", field: "allowSandbox")
+            expectError(try await api.admin(.patch, path, json: ["sharedSecret": "a b", "allowSandbox": false]), .unprocessableContent, code: "invalid_sharedSecret", field: "sharedSecret")
+            #expect(try await stored() == (nil, true), "nothing written by a refused PATCH")
         }
     }
 
