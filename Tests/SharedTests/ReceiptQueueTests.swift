@@ -652,6 +652,11 @@ struct ReceiptQueueTests {
             #expect(try await harness.queue.deadLetters(limit: 10, after: "\(now)-1").deadLetters.map(\.jobId) == ["c", "d"])
             #expect(try await harness.queue.deadLetters(limit: 10, after: "\(now + 3)-0") == DeadLetterPage(deadLetters: [], next: nil))
             #expect(try await harness.queue.deadLetters(limit: 10, after: "18446744073709551615-18446744073709551615") == DeadLetterPage(deadLetters: [], next: nil))
+            // Zero-padded, the last id (and one past the 127 characters Redis reads) is read as written without zeros.
+            #expect(try await harness.queue.deadLetters(limit: 10, after: "018446744073709551615-18446744073709551615") == DeadLetterPage(deadLetters: [], next: nil))
+            let padded = String(repeating: "0", count: 130) + "\(now + 2)-0"
+            #expect(DeadLetterPage.isCursor(Substring(padded)))
+            #expect(try await harness.queue.deadLetters(limit: 10, after: padded).deadLetters.map(\.jobId) == ["d"])
             #expect(DeadLetterPage.isCursor("18446744073709551615-0") && DeadLetterPage.isCursor("0-0") && DeadLetterPage.isCursor("007-1"))
             for text in ["18446744073709551616-0", "0-18446744073709551616", "", "1", "1-", "-1", "1-2-3", "+1-0", "1-+0", "1.0-0", "١-0"] {
                 #expect(!DeadLetterPage.isCursor(Substring(text)), "\(text)")

@@ -33,9 +33,15 @@ public struct DeadLetterPage: Sendable, Equatable, Encodable {
 
     /// Whether `text` can be a page's `next`: a dead-letter entry's id, `<ms>-<sequence>`, each a 64-bit
     /// unsigned number in decimal digits (what Redis reads as a stream id).
-    public static func isCursor(_ text: Substring) -> Bool {
+    public static func isCursor(_ text: Substring) -> Bool { Self.cursor(text) != nil }
+
+    /// `text` as a page's `next` is written (`007-1` is `7-1`), or nil when it cannot be one: leading zeros would
+    /// hide the last id from a comparison, and Redis refuses an id of more than 127 characters.
+    static func cursor(_ text: Substring) -> String? {
         let parts = text.split(separator: "-", omittingEmptySubsequences: false)
-        return parts.count == 2 && parts.allSatisfy { $0.utf8.allSatisfy { (0x30...0x39).contains($0) } && UInt64($0) != nil }
+        guard parts.count == 2 else { return nil }
+        let numbers = parts.compactMap { $0.utf8.allSatisfy { (0x30...0x39).contains($0) } ? UInt64($0) : nil }
+        return numbers.count == 2 ? "\(numbers[0])-\(numbers[1])" : nil
     }
 
     /// The last stream id there is: nothing can follow it.

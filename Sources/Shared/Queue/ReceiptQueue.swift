@@ -442,6 +442,7 @@ public struct ReceiptQueue: Sendable {
     /// The oldest dead letters after the entry `after` (a page's `next`; from the first when nil), up to `limit`.
     /// One entry more is read to tell whether another page follows.
     public func deadLetters(limit: Int, after: String? = nil) async throws -> DeadLetterPage {
+        let after = after.map { DeadLetterPage.cursor(Substring($0)) ?? $0 }
         // Redis refuses an interval that starts after its last id.
         guard after != DeadLetterPage.lastCursor else { return DeadLetterPage(deadLetters: [], next: nil) }
         let reply = try await self.redis.send("XRANGE", self.keys.dead, after.map { "(" + $0 } ?? "-", "+", "COUNT", String(limit + 1))
