@@ -316,8 +316,10 @@ struct AdminController {
         let coins = try json.int("coins")
         let durationDays = try json.int("durationDays")
         let enabled = try json.bool("enabled")
-        // What identifies a product (and the grants made under it) is fixed; sending it back unchanged is fine.
-        for case let (field, current, sent?) in identity where (field == "publisherId" ? sent.lowercased() : sent) != current {
+        // What identifies a product (and the grants made under it) is fixed; sending it back unchanged is fine, and
+        // ids and bundle ids in any case (a bundle id is matched in any case, and the app's may differ from the request's).
+        for case let (field, current, sent?) in identity
+        where ["publisherId", "bundleId"].contains(field) ? sent.lowercased() != current.lowercased() : sent != current {
             throw APIError.invalid(field, code: "immutable_field", "\(field) cannot be changed; create another product instead")
         }
         let title = try titleText.map { try Self.bounded($0, field: "title") }
