@@ -133,25 +133,31 @@ struct Admin: AsyncParsableCommand {
     struct Apps: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add apps to a publisher, change their settings.", subcommands: [Create.self, Update.self])
 
-        /// The shared secret in the file at `path` (`-`: standard input), trimmed.
-        static func sharedSecret(from path: String) throws -> String {
-            let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: path))
-            return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        /// Which app, and where its shared secret is read from.
+        struct AppOptions: ParsableArguments {
+            @Option(help: "The publisher id.") var publisherId: String
+            @Option(help: "The app's bundle id.") var bundleId: String
+            @Option(help: "A file holding the app's App Store shared secret ('-' reads standard input); kept off the command line.")
+            var sharedSecretFile: String?
+
+            /// The shared secret in the file named, trimmed; nil when none is named.
+            func sharedSecret() throws -> String? {
+                guard let path = self.sharedSecretFile else { return nil }
+                let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : try Data(contentsOf: URL(fileURLWithPath: path))
+                return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            }
         }
 
         struct Create: AsyncParsableCommand {
             static let configuration = CommandConfiguration(abstract: "Add an app (bundle id) to a publisher.")
             @OptionGroup var connection: Connection
-            @Option(help: "The publisher id.") var publisherId: String
-            @Option(help: "The app's bundle id.") var bundleId: String
-            @Option(help: "A file holding the app's App Store shared secret ('-' reads standard input); kept off the command line.")
-            var sharedSecretFile: String?
+            @OptionGroup var app: AppOptions
             @Flag(help: "Refuse sandbox receipts for this app.") var noSandbox = false
 
             func run() async throws {
-                var body: [String: Any] = ["bundleId": self.bundleId, "allowSandbox": !self.noSandbox]
-                if let path = self.sharedSecretFile { body["sharedSecret"] = try Apps.sharedSecret(from: path) }
-                try await self.connection.call(.POST, "/publishers/\(try pathSegment(self.publisherId))/apps", body: body)
+                var body: [String: Any] = ["bundleId": self.app.bundleId, "allowSandbox": !self.noSandbox]
+                if let secret = try self.app.sharedSecret() { body["sharedSecret"] = secret }
+                try await self.connection.call(.POST, "/publishers/\(try pathSegment(self.app.publisherId))/apps", body: body)
             }
         }
 
@@ -160,28 +166,25 @@ struct Admin: AsyncParsableCommand {
                 abstract: "Change an app's shared secret or sandbox setting; then requeue its jobs that failed shared_secret_mismatch."
             )
             @OptionGroup var connection: Connection
-            @Option(help: "The publisher id.") var publisherId: String
-            @Option(help: "The app's bundle id.") var bundleId: String
-            @Option(help: "A file holding the app's new App Store shared secret ('-' reads standard input); kept off the command line.")
-            var sharedSecretFile: String?
+            @OptionGroup var app: AppOptions
             @Flag(help: "Remove the app's shared secret.") var removeSharedSecret = false
             @Option(help: "Whether the app's sandbox receipts are accepted: true or false.") var allowSandbox: Bool?
 
             func validate() throws {
-                if self.sharedSecretFile != nil, self.removeSharedSecret {
+                if self.app.sharedSecretFile != nil, self.removeSharedSecret {
                     throw ValidationError("give --shared-secret-file or --remove-shared-secret, not both")
                 }
-                if self.sharedSecretFile == nil, !self.removeSharedSecret, self.allowSandbox == nil {
+                if self.app.sharedSecretFile == nil, !self.removeSharedSecret, self.allowSandbox == nil {
                     throw ValidationError("nothing to change: give --shared-secret-file, --remove-shared-secret or --allow-sandbox")
                 }
             }
 
             func run() async throws {
                 var body: [String: Any] = [:]
-                if let path = self.sharedSecretFile { body["sharedSecret"] = try Apps.sharedSecret(from: path) }
+                if let secret = try self.app.sharedSecret() { body["sharedSecret"] = secret }
                 if self.removeSharedSecret { body["sharedSecret"] = NSNull() }
                 if let allowSandbox = self.allowSandbox { body["allowSandbox"] = allowSandbox }
-                let path = "/publishers/\(try pathSegment(self.publisherId))/apps/\(try bundleSegment(self.bundleId))"
+                let path = "/publishers/\(try pathSegment(self.app.publisherId))/apps/\(try bundleSegment(self.app.bundleId))"
                 try await self.connection.call(.PATCH, path, body: body)
             }
         }

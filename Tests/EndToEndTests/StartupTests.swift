@@ -260,19 +260,24 @@ struct StartupTests {
         await database.shutdown()
     }
 
+    /// An API on a free port against the tests' Redis and PostgreSQL, with `settings` besides.
+    static func api(_ settings: [String: String]) throws -> ManagedProcess {
+        try ManagedProcess(
+            executable: "tollgate-api", arguments: ["serve"],
+            environment: [
+                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
+                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_HTTP_PORT": "0",
+            ].merging(settings) { _, new in new },
+            portFileVariable: "TOLLGATE_HTTP_PORT_FILE"
+        )
+    }
+
     @Test(
         "the API's stop waits for a request in progress no longer than TOLLGATE_SHUTDOWN_GRACE_S, then closes it and exits 0",
         .timeLimit(.minutes(2))
     )
     func stalledRequestDoesNotHoldTheStop() async throws {
-        let process = try ManagedProcess(
-            executable: "tollgate-api", arguments: ["serve"],
-            environment: [
-                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
-                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_HTTP_PORT": "0", "TOLLGATE_SHUTDOWN_GRACE_S": "1",
-            ],
-            portFileVariable: "TOLLGATE_HTTP_PORT_FILE"
-        )
+        let process = try Self.api(["TOLLGATE_SHUTDOWN_GRACE_S": "1"])
         do {
             let client = try #require(LoopbackSocket(port: try await process.port()))
             // One write: a whole request, then the head of a second and 10 of its 100 bytes. Once the first
@@ -295,14 +300,7 @@ struct StartupTests {
         .timeLimit(.minutes(2))
     )
     func quietConnectionsClosed() async throws {
-        let process = try ManagedProcess(
-            executable: "tollgate-api", arguments: ["serve"],
-            environment: [
-                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
-                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_HTTP_PORT": "0", "TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1",
-            ],
-            portFileVariable: "TOLLGATE_HTTP_PORT_FILE"
-        )
+        let process = try Self.api(["TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1"])
         do {
             let port = try await process.port()
             let halfHead = try #require(LoopbackSocket(port: port))
