@@ -16,6 +16,8 @@ struct CustomerTokens: Sendable {
         let customerEmail: String
         /// The fingerprint of the publisher credentials that obtained the token.
         let credentials: String
+        /// When it was issued (whole seconds).
+        let issuedAt: Date
     }
 
     /// The signed claims.
@@ -75,7 +77,7 @@ struct CustomerTokens: Sendable {
             payload.aud.value.count == 1, let publisherId = UUID(uuidString: payload.aud.value[0]),
             !payload.sub.value.isEmpty, !payload.cre.isEmpty
         else { return nil }
-        return Identity(publisherId: publisherId, customerEmail: payload.sub.value, credentials: payload.cre)
+        return Identity(publisherId: publisherId, customerEmail: payload.sub.value, credentials: payload.cre, issuedAt: payload.iat.value)
     }
 
     /// Whether the token's header names HS256, the one algorithm tokens are signed with. JWTKit checks the

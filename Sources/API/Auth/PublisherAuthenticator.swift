@@ -27,11 +27,14 @@ struct PublisherAuthenticator: Sendable {
     }
 
     /// The customer a valid token names, with its publisher, which must exist and be enabled and still
-    /// hold the credentials that obtained the token.
+    /// hold the credentials that obtained the token, and not have been disabled since it was issued: a
+    /// publisher disabled and enabled again does not bring back the tokens of before. (A token's `iat` is in
+    /// whole seconds: one issued in the second of the change counts as after it.)
     func authenticate(customerToken: String) async throws -> (Publisher, CustomerTokens.Identity)? {
         guard let identity = await self.customerTokens?.verify(customerToken),
             let record = try await self.directory.record(id: identity.publisherId, accepts: {
                 $0.publisher.enabled && $0.credentialsFingerprint == identity.credentials
+                    && identity.issuedAt.timeIntervalSince1970 >= $0.changedAt.timeIntervalSince1970.rounded(.down)
             })
         else { return nil }
         return (record.publisher, identity)

@@ -32,7 +32,7 @@ public struct CatalogStore: Sendable {
     /// to authenticate requests without a round trip (a few hundred bytes per publisher).
     public func publisherAuthRecords() async throws -> [PublisherAuthRecord] {
         try await self.database.query(
-            "SELECT id, name, token_hash, basic_username, basic_password_hash, enabled FROM publishers"
+            "SELECT id, name, token_hash, basic_username, basic_password_hash, enabled, updated_at FROM publishers"
         ).rows.map(Self.authRecord)
     }
 
@@ -41,7 +41,8 @@ public struct CatalogStore: Sendable {
             publisher: try Self.publisher(row),
             username: try row.decode(String.self, "basic_username"),
             passwordHash: try row.decode(PostgresBytes.self, "basic_password_hash").bytes,
-            tokenHash: try row.decode(PostgresBytes.self, "token_hash").bytes
+            tokenHash: try row.decode(PostgresBytes.self, "token_hash").bytes,
+            changedAt: try row.decode(Date.self, "updated_at")
         )
     }
 
@@ -60,10 +61,15 @@ public struct CatalogStore: Sendable {
         try await self.database.query("SELECT id, name, enabled FROM publishers ORDER BY created_at, id").rows.map(Self.publisher)
     }
 
-    /// Enables or disables a publisher; `nil` when there is no such publisher.
+    /// Enables or disables a publisher; `nil` when there is no such publisher. Only a change of state moves
+    /// `updated_at`, which voids the customer tokens issued before it (``PublisherAuthRecord/changedAt``).
     public func setPublisher(id: UUID, enabled: Bool) async throws -> Publisher? {
         try await self.database.query(
-            "UPDATE publishers SET enabled = $2, updated_at = now() WHERE id = $1 RETURNING id, name, enabled", [id, enabled]
+            """
+            UPDATE publishers SET enabled = $2, updated_at = CASE WHEN enabled = $2 THEN updated_at ELSE now() END
+            WHERE id = $1 RETURNING id, name, enabled
+            """,
+            [id, enabled]
         ).first.map(Self.publisher)
     }
 

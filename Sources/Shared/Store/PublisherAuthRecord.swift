@@ -1,3 +1,5 @@
+import Foundation
+
 /// What authenticating a publisher needs: the publisher, the stored hashes of its credentials.
 public struct PublisherAuthRecord: Sendable, Equatable {
     /// The publisher.
@@ -8,13 +10,16 @@ public struct PublisherAuthRecord: Sendable, Equatable {
     public var passwordHash: [UInt8]
     /// SHA-256 of its `X-Publisher-Token`.
     public var tokenHash: [UInt8]
+    /// When it was last enabled, disabled or given new credentials: customer tokens issued before then are void.
+    public var changedAt: Date
 
     /// Creates a record.
-    public init(publisher: Publisher, username: String, passwordHash: [UInt8], tokenHash: [UInt8]) {
+    public init(publisher: Publisher, username: String, passwordHash: [UInt8], tokenHash: [UInt8], changedAt: Date) {
         self.publisher = publisher
         self.username = username
         self.passwordHash = passwordHash
         self.tokenHash = tokenHash
+        self.changedAt = changedAt
     }
 
     /// ``PublisherCredentials/fingerprint(tokenHash:)`` of its current credentials.

@@ -161,6 +161,31 @@ struct CustomerTokenTests {
         }
     }
 
+    @Test("a publisher disabled and enabled again does not bring back the tokens issued before; enabling one already enabled voids none")
+    func reEnabled() async throws {
+        try await APIHarness.withAPI(Self.options) { api in
+            let tenant = try await api.provisionTenant()
+            let path = "/admin/v1/publishers/\(tenant.publisherId)"
+            let (kept, _) = try await Self.token(api, tenant, email: "viewer@example.com")
+            #expect(try await api.admin(.patch, path, json: ["enabled": true]).status == .ok)
+            #expect(try await Self.bearerAccess(api, kept).status == .ok, "enabling an enabled publisher changed nothing")
+
+            // A token's iat is in whole seconds: the disable must come in a later second than the token.
+            let issued = Date().timeIntervalSince1970.rounded(.down)
+            _ = try await Poll.until(timeout: .seconds(5), interval: .milliseconds(10), "the next second") {
+                Date().timeIntervalSince1970.rounded(.down) > issued ? true : nil
+            }
+            #expect(try await api.admin(.patch, path, json: ["enabled": false]).status == .ok)
+            expectError(try await Self.bearerAccess(api, kept), .unauthorized, code: "unauthorized")
+            #expect(try await api.admin(.patch, path, json: ["enabled": true]).status == .ok)
+            expectError(try await Self.bearerAccess(api, kept), .unauthorized, code: "unauthorized")
+            expectError(try await Self.rpc(api, kept), .unauthorized, code: "unauthorized")
+
+            let (fresh, _) = try await Self.token(api, tenant, email: "viewer@example.com")
+            #expect(try await Self.bearerAccess(api, fresh).status == .ok)
+        }
+    }
+
     @Test("rotating a publisher's credentials refuses the tokens obtained with the old ones, here at once and within seconds in another API process")
     func rotation() async throws {
         try await APIHarness.withAPI(Self.options) { api in
