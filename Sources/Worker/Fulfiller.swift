@@ -158,10 +158,11 @@ struct Fulfiller: Sendable {
 
         // A disabled product sells nothing new: the API refuses an offer all of whose products are disabled,
         // but one sold in several apps stays on sale through the others. A job accepted before the product
-        // was disabled is still granted: that customer paid while it was on sale.
+        // was disabled is still granted: that customer paid while it was on sale. (A product disabled by a
+        // binary from before migration 9, during a rolling upgrade, has no disabled_at: its last change counts.)
         let acceptedAt = Date(timeIntervalSince1970: Double(job.acceptedAtMilliseconds) / 1000)
         let offerProductIds = Set(
-            offerProducts.filter { $0.appId == app.id && ($0.enabled || ($0.disabledAt.map { $0 > acceptedAt } ?? false)) }.map(\.productId)
+            offerProducts.filter { $0.appId == app.id && ($0.enabled || ($0.disabledAt ?? $0.updatedAt) > acceptedAt) }.map(\.productId)
         )
         let transactions = evidence.transactions
         var matched: AppleTransaction

@@ -159,6 +159,24 @@ struct FulfilmentTests {
         }
     }
 
+    @Test("a product disabled by a binary from before migration 9 (no disabled_at): a job accepted before its last change is still granted")
+    func productDisabledByAnOlderBinary() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle)
+            let premium = try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
+            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let submitted = WallClock.nowMilliseconds()
+            _ = try await Poll.until(timeout: .seconds(5), interval: .milliseconds(1), "the clock past the submission") {
+                WallClock.nowMilliseconds() > submitted + 2 ? true : nil
+            }
+            // What an API from before migration 9 wrote on a disable, during a rolling upgrade.
+            try await harness.database.query("UPDATE products SET enabled = false, updated_at = now() WHERE id = $1", [premium.id])
+            #expect(try await harness.workUntilFinal(job).status == .granted, "paid while the product was on sale")
+        }
+    }
+
     /// The app `bundle` with `sharedSecret`, selling the non-consumable `premium` (offer PREMIUM).
     static func premium(_ harness: WorkerHarness, sharedSecret: String) async throws {
         try await harness.app(Self.bundle, sharedSecret: sharedSecret)

@@ -26,7 +26,8 @@ public struct Product: Sendable, Equatable {
     public var durationDays: Int?
     /// Whether new submissions for it are accepted.
     public var enabled: Bool
-    /// When it was last disabled, while it is: jobs accepted before then are still granted.
+    /// When it was last disabled, while it is: jobs accepted before then are still granted. `nil` for one
+    /// disabled by a binary from before migration 9.
     public var disabledAt: Date?
     /// When it was created.
     public var createdAt: Date
