@@ -260,9 +260,10 @@ struct StartupTests {
         await database.shutdown()
     }
 
-    /// An API on a free port against the tests' Redis and PostgreSQL, with `settings` besides.
-    static func api(_ settings: [String: String]) throws -> ManagedProcess {
-        try ManagedProcess(
+    /// Runs `body` with an API on a free port against the tests' Redis and PostgreSQL, with `settings` besides;
+    /// stops the API if `body` throws (a body that passes has stopped it itself).
+    static func withAPI(_ settings: [String: String], _ body: (ManagedProcess) async throws -> Void) async throws {
+        let process = try ManagedProcess(
             executable: "tollgate-api", arguments: ["serve"],
             environment: [
                 "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
@@ -270,6 +271,10 @@ struct StartupTests {
             ].merging(settings) { _, new in new },
             portFileVariable: "TOLLGATE_HTTP_PORT_FILE"
         )
+        do { try await body(process) } catch {
+            await process.stop()
+            throw error
+        }
     }
 
     @Test(
@@ -277,8 +282,7 @@ struct StartupTests {
         .timeLimit(.minutes(2))
     )
     func stalledRequestDoesNotHoldTheStop() async throws {
-        let process = try Self.api(["TOLLGATE_SHUTDOWN_GRACE_S": "1"])
-        do {
+        try await Self.withAPI(["TOLLGATE_SHUTDOWN_GRACE_S": "1"]) { process in
             let client = try #require(LoopbackSocket(port: try await process.port()))
             // One write: a whole request, then the head of a second and 10 of its 100 bytes. Once the first
             // one's answer is back, the server has read the second one's head too, and waits for its body.
@@ -289,9 +293,6 @@ struct StartupTests {
             process.signal(SIGTERM)
             #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
             #expect(client.closedByPeer(within: 5))
-        } catch {
-            await process.stop()
-            throw error
         }
     }
 
@@ -300,8 +301,7 @@ struct StartupTests {
         .timeLimit(.minutes(2))
     )
     func quietConnectionsClosed() async throws {
-        let process = try Self.api(["TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1"])
-        do {
+        try await Self.withAPI(["TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1"]) { process in
             let port = try await process.port()
             let halfHead = try #require(LoopbackSocket(port: port))
             #expect(halfHead.write("GET /health/live HTTP/1.1\r\nHost: tollgate\r\n"))
@@ -315,9 +315,6 @@ struct StartupTests {
             #expect(idle.closedByPeer(within: 30))
             process.signal(SIGTERM)
             #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
-        } catch {
-            await process.stop()
-            throw error
         }
     }
 

@@ -192,6 +192,12 @@ struct FulfilmentTests {
         return (transaction, receipt)
     }
 
+    /// Submits a new purchase of `premium` (``premiumReceipt(sharedSecret:)``) for `email`; returns the job id.
+    static func submitPremium(_ harness: WorkerHarness, sharedSecret: String, email: String = "buyer@example.com") async throws -> String {
+        let (transaction, receipt) = Self.premiumReceipt(sharedSecret: sharedSecret)
+        return try await harness.submit(email: email, offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+    }
+
     @Test("after PostgreSQL was away, the trial (one job at a time) ends only on a job that wrote to it, not on one that ended without writing")
     func trialEndsOnAWrite() async throws {
         try await WorkerHarness.with { harness in
@@ -229,8 +235,7 @@ struct FulfilmentTests {
     func requeuedAfterCommittedGrant() async throws {
         try await WorkerHarness.with { harness in
             try await Self.premium(harness, sharedSecret: "first-secret")
-            let (transaction, receipt) = Self.premiumReceipt(sharedSecret: "first-secret")
-            let jobId = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let jobId = try await Self.submitPremium(harness, sharedSecret: "first-secret")
             // The last attempt committed the grant, and its COMMIT's answer was lost: the job was dead-lettered.
             let delivery = try #require(try await harness.queue.readNew(consumer: "test", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
             guard case .ready(let job, _, _, _) = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 10) else {
@@ -347,11 +352,9 @@ struct FulfilmentTests {
     func sharedSecret() async throws {
         try await WorkerHarness.with { harness in
             try await Self.premium(harness, sharedSecret: "right-secret")
-            let (good, goodReceipt) = Self.premiumReceipt(sharedSecret: "right-secret")
-            #expect(try await harness.workUntilFinal(try await harness.submit(offerId: "PREMIUM", transactionId: good, receipt: goodReceipt)).status == .granted)
+            #expect(try await harness.workUntilFinal(try await Self.submitPremium(harness, sharedSecret: "right-secret")).status == .granted)
 
-            let (bad, badReceipt) = Self.premiumReceipt(sharedSecret: "another-secret")
-            let job = try await harness.submit(email: "second@example.com", offerId: "PREMIUM", transactionId: bad, receipt: badReceipt)
+            let job = try await Self.submitPremium(harness, sharedSecret: "another-secret", email: "second@example.com")
             let record = try await harness.workUntilFinal(job)
             #expect(record.status == .failed)
             #expect(record.reason == "shared_secret_mismatch")
@@ -364,8 +367,7 @@ struct FulfilmentTests {
     func sharedSecretPutRight() async throws {
         try await WorkerHarness.with { harness in
             try await Self.premium(harness, sharedSecret: "wrong-secret")
-            let (transaction, receipt) = Self.premiumReceipt(sharedSecret: "right-secret")
-            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            let job = try await Self.submitPremium(harness, sharedSecret: "right-secret")
             #expect(try await harness.workUntilFinal(job).reason == "shared_secret_mismatch")
 
             let app = try await harness.catalog.updateApp(
