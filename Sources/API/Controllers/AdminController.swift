@@ -79,6 +79,7 @@ struct AdminController {
             throw APIError.notFound
         }
         let json = try await JSONObject.read(request)
+        try json.refuseUnknown(["enabled"])
         guard let enabled = try json.bool("enabled") else { throw APIError.missingField("enabled") }
         guard let publisher = try await self.services.catalog.setPublisher(id: id, enabled: enabled) else { throw APIError.notFound }
         self.services.authenticator.forgetCachedPublishers()
@@ -155,6 +156,7 @@ struct AdminController {
             let bundleId = context.parameters.get("bundleId")
         else { throw APIError.notFound }
         let json = try await JSONObject.read(request)
+        try json.refuseUnknown(["sharedSecret", "allowSandbox"])
         let secretText: String?? = json.has("sharedSecret") ? .some(try json.string("sharedSecret")) : nil
         let allowSandbox = try json.bool("allowSandbox")
         let sharedSecret = try secretText.map { try Self.sharedSecret($0) }
@@ -301,14 +303,22 @@ struct AdminController {
         ]
     }
 
+    /// The members of a product as ``ProductView`` shows it.
+    static let productFields: Set<String> = [
+        "id", "publisherId", "bundleId", "productId", "offerId", "kind", "title", "description", "coins", "durationDays", "enabled",
+        "createdAt", "updatedAt",
+    ]
+
     @Sendable func updateProduct(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         guard let id = context.parameters.get("productId").flatMap(UUID.init(uuidString:)),
             let existing = try await self.services.catalog.product(id: id)
         else { throw APIError.notFound }
         let json = try await JSONObject.read(request)
+        // A product as listed may be sent back whole: its timestamps are the server's, and its identity must match.
+        try json.refuseUnknown(Self.productFields)
         // Every field is read first (400 for one ill-typed), then judged (422), as at creation.
         let identity = try [
-            ("publisherId", existing.publisherId.lowercasedString), ("bundleId", existing.bundleId), ("productId", existing.productId),
+            ("id", existing.id.lowercasedString), ("publisherId", existing.publisherId.lowercasedString), ("bundleId", existing.bundleId), ("productId", existing.productId),
             ("offerId", existing.offerId), ("kind", existing.kind.rawValue),
         ].map { field, current in (field, current, try json.string(field)) }
         let titleText = try json.string("title")
@@ -319,7 +329,7 @@ struct AdminController {
         // What identifies a product (and the grants made under it) is fixed; sending it back unchanged is fine, and
         // ids and bundle ids in any case (a bundle id is matched in any case, and the app's may differ from the request's).
         for case let (field, current, sent?) in identity
-        where ["publisherId", "bundleId"].contains(field) ? sent.lowercased() != current.lowercased() : sent != current {
+        where ["id", "publisherId", "bundleId"].contains(field) ? sent.lowercased() != current.lowercased() : sent != current {
             throw APIError.invalid(field, code: "immutable_field", "\(field) cannot be changed; create another product instead")
         }
         let title = try titleText.map { try Self.bounded($0, field: "title") }

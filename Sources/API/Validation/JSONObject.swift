@@ -132,4 +132,16 @@ struct JSONObject {
 
     /// Whether a key is present (even as null).
     func has(_ key: String) -> Bool { self.values[key] != nil }
+
+    /// Refuses a member not in `known` (400 `unknown_field`, the first in order): a change that names a field
+    /// by a wrong name (`{"enable": false}`) must not answer 200 having changed nothing.
+    func refuseUnknown(_ known: Set<String>) throws {
+        guard let key = self.values.keys.filter({ !known.contains($0) }).min() else { return }
+        let named = key.utf8.count <= 64 ? self.name(key) : nil
+        throw APIError(
+            .badRequest, code: "unknown_field",
+            "\(named.map { "\($0) is" } ?? "a member of the body is") not a field of this change; the fields are \(known.sorted().joined(separator: ", "))",
+            field: named
+        )
+    }
 }

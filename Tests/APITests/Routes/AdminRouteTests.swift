@@ -228,6 +228,7 @@ struct AdminRouteTests {
             expectError(try await api.admin(.patch, path, json: ["sharedSecret": 5, "allowSandbox": false]), .badRequest, code: "invalid_type", field: "sharedSecret")
             expectError(try await api.admin(.patch, path, json: ["sharedSecret": "a b", "allowSandbox": "no"]), .badRequest, code: "invalid_type", field: "allowSandbox")
             expectError(try await api.admin(.patch, path, json: ["sharedSecret": "a b", "allowSandbox": false]), .unprocessableContent, code: "invalid_sharedSecret", field: "sharedSecret")
+            expectError(try await api.admin(.patch, path, json: ["sharedSecret": secret, "allowsandbox": false]), .badRequest, code: "unknown_field", field: "allowsandbox")
             #expect(try await stored() == (nil, true), "nothing written by a refused PATCH")
         }
     }
@@ -493,6 +494,14 @@ struct AdminRouteTests {
             expectError(try await api.admin(.patch, "/admin/v1/products/nope", json: ["enabled": false]), .notFound, code: "not_found")
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["enabled": "false"]), .badRequest, code: "invalid_type", field: "enabled")
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["enabled": 0]), .badRequest, code: "invalid_type", field: "enabled")
+            // A misspelt field is refused, with the rest of the body: nothing is changed.
+            let unknown = try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["enabled": false, "enable": false, "cions": 5])
+            expectError(unknown, .badRequest, code: "unknown_field", field: "cions")
+            #expect(unknown.text.contains("enabled"), "the message lists the fields")
+            let longName = String(repeating: "x", count: 65)
+            let unnamed = try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["enabled": false, longName: 1])
+            expectError(unnamed, .badRequest, code: "unknown_field")
+            #expect(!unnamed.text.contains(longName))
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["coins": 0]), .unprocessableContent, code: "invalid_coins", field: "coins")
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["coins": 3_000_000_000]), .unprocessableContent, code: "invalid_coins", field: "coins")
             expectError(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: ["title": "a\u{0}b"]), .unprocessableContent, code: "invalid_character", field: "title")
@@ -508,8 +517,8 @@ struct AdminRouteTests {
             // What identifies the product cannot change (grants were made under it); sent back unchanged, it is accepted.
             let current = try #require((try await api.admin(.get, "/admin/v1/products?publisherId=\(tenant.publisherId)").json()["products"] as? [[String: Any]])?
                 .first { $0["id"] as? String == coins })
-            for field in ["publisherId", "bundleId", "productId", "offerId", "kind"] {
-                let changed = field == "publisherId" ? UUID().uuidString : field == "kind" ? "non_consumable" : "changed.\(field)"
+            for field in ["id", "publisherId", "bundleId", "productId", "offerId", "kind"] {
+                let changed = ["id", "publisherId"].contains(field) ? UUID().uuidString : field == "kind" ? "non_consumable" : "changed.\(field)"
                 expectError(
                     try await api.admin(.patch, "/admin/v1/products/\(coins)", json: [field: changed, "enabled": false]),
                     .unprocessableContent, code: "immutable_field", field: field
@@ -529,6 +538,13 @@ struct AdminRouteTests {
             // The bundle id as another request named it (apps are matched in any case).
             unchanged["bundleId"] = (unchanged["bundleId"] as? String)?.uppercased()
             #expect(try await api.admin(.patch, "/admin/v1/products/\(coins)", json: unchanged).status == .ok)
+            // The product as listed, sent back whole: its timestamps are the server's.
+            var whole = current
+            whole["id"] = (whole["id"] as? String)?.uppercased()
+            whole["updatedAt"] = 0
+            let sentBack = try await api.admin(.patch, "/admin/v1/products/\(coins)", json: whole)
+            #expect(sentBack.status == .ok, "\(sentBack.text)")
+            #expect(Set(current.keys).isSubset(of: AdminController.productFields), "every field a product is listed with may be sent back")
             // Amounts of another kind are ignored, never stored (the database would refuse some of them).
             let pass = try #require(tenant.productIds[Tenant.Offer.pass])
             let lifetime = try #require(tenant.productIds[Tenant.Offer.lifetime])

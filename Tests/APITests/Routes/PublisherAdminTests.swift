@@ -139,6 +139,11 @@ struct PublisherAdminTests {
             expectError(try await api.admin(.post, "/admin/v1/publishers/\(UUID())/credentials"), .notFound, code: "not_found")
             expectError(try await api.admin(.patch, "/admin/v1/publishers/\(tenant.publisherId)", json: [String: Any]()), .badRequest, code: "missing_field", field: "enabled")
             expectError(try await api.admin(.patch, "/admin/v1/publishers/\(tenant.publisherId)", json: ["enabled": "no"]), .badRequest, code: "invalid_type", field: "enabled")
+            // A misspelt field is refused, not ignored, with what it sent besides.
+            expectError(
+                try await api.admin(.patch, "/admin/v1/publishers/\(tenant.publisherId)", json: ["enabled": false, "name": "Renamed"]),
+                .badRequest, code: "unknown_field", field: "name"
+            )
             // Nothing changed.
             #expect(try await api.get(tenant, Self.wallet).status == .ok)
         }
