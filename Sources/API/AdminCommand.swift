@@ -8,8 +8,10 @@ import Shared
 /// `tollgate-api admin …`: the admin API's actions from a shell, for operators without curl recipes.
 ///
 /// Talks to a running API over HTTP (`--url`, `TOLLGATE_ADMIN_URL`) with `TOLLGATE_ADMIN_TOKEN` from the
-/// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal prints
-/// its message and exits 1. An unset token or an unusable URL is one line and exit code 2, before any request.
+/// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal (4xx) prints
+/// its message and exits 1, and when the answer says to try again later (429, 5xx) or none came, exits 75
+/// (`EX_TEMPFAIL`), so a script can tell the two apart. An unset token or an unusable URL is one line and exit
+/// code 2, before any request.
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run admin API actions against a running tollgate-api (TOLLGATE_ADMIN_TOKEN from the environment).",
@@ -52,7 +54,11 @@ struct Admin: AsyncParsableCommand {
             return ExitCode(2)
         }
 
-        /// Sends one admin request and prints the answer; throws `ExitCode(1)` on a refusal.
+        /// What a script may do again later: no answer, 429, or a server or dependency fault.
+        static let tryAgainLater = ExitCode(75)
+
+        /// Sends one admin request and prints the answer; throws `ExitCode(1)` on a refusal and
+        /// ``tryAgainLater`` when the API could not serve it then.
         func call(_ method: HTTPMethod, _ path: String, body: [String: Any]? = nil) async throws {
             let (base, token) = try self.target()
             var request = HTTPClientRequest(url: base + "/admin/v1" + path)
@@ -72,14 +78,14 @@ struct Admin: AsyncParsableCommand {
                 // it blindly would create a second publisher, or rotate away credentials never seen.
                 let hint = method == .GET ? "" : "; if the request was sent, it may have been applied: list what it changes before running it again"
                 FileHandle.standardError.write(Data("tollgate-api admin: cannot reach \(base), or no answer: \(error)\(hint)\n".utf8))
-                throw ExitCode(1)
+                throw Self.tryAgainLater
             }
             let data = Data(bytes.readableBytesView)
             let object = try? JSONSerialization.jsonObject(with: data)
             guard (200..<300).contains(response.status.code) else {
                 let message = (object as? [String: Any])?["message"] as? String ?? String(decoding: data, as: UTF8.self)
                 FileHandle.standardError.write(Data("tollgate-api admin: \(response.status.code): \(message)\n".utf8))
-                throw ExitCode(1)
+                throw response.status.code == 429 || response.status.code >= 500 ? Self.tryAgainLater : ExitCode(1)
             }
             if let object, let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]) {
                 print(String(decoding: pretty, as: UTF8.self))

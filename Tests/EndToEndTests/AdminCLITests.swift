@@ -105,7 +105,7 @@ struct AdminCLITests {
             let notCursor = try await Self.admin(system, ["dead-letters", "--after", "1-0&limit=1000"], token: token)
             #expect(notCursor.status != 0 && notCursor.error.contains("is not a page's next"), "\(notCursor.error)")
 
-            // Refusals: the API's message on stderr, exit 1; no token or an unusable URL: one line naming it and exit 2
+            // Refusals (4xx): the API's message on stderr, exit 1; no token or an unusable URL: one line naming it and exit 2
             // (CONTRACT.md, as for every process's configuration); a bad id: exit 64 (usage). No request made for these.
             let unknown = try await Self.admin(system, ["requeue", "00000000-0000-0000-0000-000000000000"], token: token)
             #expect(unknown.status == 1)
@@ -113,6 +113,17 @@ struct AdminCLITests {
             let wrong = try await Self.admin(system, ["queue"], token: "wrong-admin-token-0123456789")
             #expect(wrong.status == 1)
             #expect(wrong.error.contains("401"))
+            // What can be tried again later exits 75: no answer, or a 503 from an API whose Redis is down.
+            let closed = try DedicatedRedis.freePort()
+            let unreachable = try await Self.admin(system, ["queue", "--url", "http://127.0.0.1:\(closed)"], token: token)
+            #expect(unreachable.status == 75, "\(unreachable.error)")
+            #expect(unreachable.error.contains("cannot reach"))
+            try await StartupTests.withAPI(["TOLLGATE_REDIS_URL": "redis://127.0.0.1:\(closed)/0", "TOLLGATE_ADMIN_TOKEN": token]) { api in
+                let unavailable = try await Self.admin(system, ["queue", "--url", "http://127.0.0.1:\(try await api.port())"], token: token)
+                #expect(unavailable.status == 75, "\(unavailable.error)")
+                #expect(unavailable.error.contains("503"))
+                await api.stop()
+            }
             let missing = try await Self.admin(system, ["queue"], token: nil)
             #expect(missing.status == 2)
             #expect(missing.error == "tollgate-api admin: invalid TOLLGATE_ADMIN_TOKEN: is not set\n")
