@@ -18,6 +18,9 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as RedisError where error.isUnavailable {
             context.logger.warning("Redis unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the queue").response
+        } catch let error as PostgresError where error.isSchemaBehind {
+            context.logger.error("the database schema is older than this binary: run `tollgate-api migrate`", metadata: ["error": "\(error)"])
+            return APIError.unavailable("the database").response
         } catch let error as PostgresError where error.isUnavailable {
             context.logger.warning("PostgreSQL unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the database").response
