@@ -97,7 +97,8 @@ struct JobProcessor: Sendable {
         case .ready(let job, let attempt, let acceptedAt, let startedBefore):
             logger[metadataKey: "attempt"] = "\(attempt)"
             // The API's reading of Redis' clock stamped acceptedAt: two readings may differ by a few ms.
-            if attempt == 1 { WorkerMetrics.step(.wait, milliseconds: max(0, began - acceptedAt)) }
+            // Once per run from acceptance (or a requeue): an attempt taken back (an outage, a shutdown) starts as 1 again.
+            if attempt == 1, !startedBefore { WorkerMetrics.step(.wait, milliseconds: max(0, began - acceptedAt)) }
             WorkerMetrics.attempts.increment()
             WorkerMetrics.inFlight.increment(by: 1)
             var outcome: FulfilmentOutcome
@@ -165,10 +166,14 @@ struct JobProcessor: Sendable {
         let now = self.queue.clock.nowMilliseconds()
         switch outcome {
         case .granted(let environment, let expiresAt, let claimed):
-            try await self.queue.finish(
+            let recorded = try await self.queue.finish(
                 delivery, job: job, status: .granted, reason: nil, environment: environment, expiresAt: expiresAt, now: now,
                 retentionSeconds: self.retentionSeconds, claimed: claimed
             )
+            // A grant is never superseded (PostgreSQL's truth); a copy that finds a peer's grant recorded counts nothing.
+            guard recorded == .recorded else {
+                return logger.info("granted; already recorded by another copy of the job", metadata: ["environment": "\(environment)"])
+            }
             WorkerMetrics.job(status: .granted, reason: nil)
             WorkerMetrics.grantLatency(milliseconds: now - acceptedAt)
             logger.info("granted", metadata: ["environment": "\(environment)"])
@@ -305,7 +310,7 @@ struct JobProcessor: Sendable {
             delivery, job: job, status: .rejected, reason: reason, environment: environment, expiresAt: expiresAt, now: now,
             retentionSeconds: self.retentionSeconds
         )
-        guard recorded else { return Self.superseded(logger: logger) }
+        guard recorded == .recorded else { return Self.notRecorded(recorded, logger: logger) }
         WorkerMetrics.job(status: .rejected, reason: reason)
         logger.info("rejected", metadata: ["reason": "\(reason.rawValue)"])
     }
@@ -315,14 +320,18 @@ struct JobProcessor: Sendable {
         Self.deadLettered(recorded, reason: reason, detail: detail, logger: logger)
     }
 
-    /// A stalled copy's outcome, which Redis did not record: the job runs on another entry by now (promoted,
-    /// put back or requeued since), whose run decides.
-    private static func superseded(logger: Logger) {
-        logger.info("outcome not recorded: the job runs again since (a later entry decides); entry acknowledged")
+    /// A copy's outcome that Redis did not record: the job runs on another entry by now (promoted, put back or
+    /// requeued since), whose run decides, or another copy of it ended it already.
+    private static func notRecorded(_ record: FinalRecord, logger: Logger) {
+        if record == .alreadyFinal {
+            logger.info("outcome not recorded: another copy of the job ended it already; entry acknowledged")
+        } else {
+            logger.info("outcome not recorded: the job runs again since (a later entry decides); entry acknowledged")
+        }
     }
 
-    private static func deadLettered(_ recorded: Bool, reason: JobReason, detail: String, logger: Logger) {
-        guard recorded else { return Self.superseded(logger: logger) }
+    private static func deadLettered(_ recorded: FinalRecord, reason: JobReason, detail: String, logger: Logger) {
+        guard recorded == .recorded else { return Self.notRecorded(recorded, logger: logger) }
         WorkerMetrics.job(status: .failed, reason: reason)
         logger.warning("failed; dead-lettered", metadata: ["reason": "\(reason.rawValue)", "detail": "\(detail)"])
     }

@@ -609,6 +609,42 @@ struct ReceiptQueueTests {
         }
     }
 
+    @Test("a job's outcome is recorded for one run: the same run's record sent again is still its own; a peer that claimed the entry, or a late dead letter, finds it final and counts nothing", arguments: ["granted", "rejected", "failed"])
+    func finalRecordedOnce(_ outcome: String) async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let stalled = try await harness.enqueueAndStart(job)
+            let claimed = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(20), "worker-b to claim the entry") { () async throws -> QueueDelivery? in
+                try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 1, cursor: "0-0", count: 10).deliveries.first
+            }
+            #expect(claimed.entryId == stalled.entryId && claimed.consumer != stalled.consumer)
+            let now = harness.queue.clock.nowMilliseconds()
+            func record(_ delivery: QueueDelivery?, _ status: String) async throws -> FinalRecord {
+                switch status {
+                case "failed":
+                    try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "out of attempts", now: now, retentionSeconds: Self.retention)
+                default:
+                    try await harness.queue.finish(
+                        try #require(delivery), job: job, status: status == "granted" ? .granted : .rejected, reason: status == "granted" ? nil : .invalidReceipt,
+                        environment: "Production", expiresAt: nil, now: now, retentionSeconds: Self.retention
+                    )
+                }
+            }
+            #expect(try await record(claimed, outcome) == .recorded)
+            #expect(try await record(claimed, outcome) == .recorded, "its answer lost, the same run records again")
+            // The stalled worker's copy of the same entry ends the job too, as it decided.
+            #expect(try await record(stalled, outcome) == .alreadyFinal)
+            #expect(try await record(stalled, "failed") == .alreadyFinal)
+            #expect(try await record(nil, "failed") == .alreadyFinal, "a dead letter of a job off the stream")
+            if outcome != "granted" {
+                #expect(try await record(stalled, "rejected") == .alreadyFinal)
+                // A grant (PostgreSQL's truth) replaces a rejection or a dead letter: its status changes, so it counts.
+                #expect(try await record(stalled, "granted") == .recorded)
+            }
+            #expect(try await harness.queue.record(jobId: job.jobId)?.status == .granted)
+        }
+    }
+
     @Test("dead letters older than the retention leave the dead-letter stream when the next one is added")
     func deadLettersTrimmed() async throws {
         try await Self.withQueue { harness in
@@ -805,18 +841,17 @@ struct ReceiptQueueTests {
                 try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 1, cursor: "0-0", count: 10).deliveries.first
             }
             let now = harness.queue.clock.nowMilliseconds()
-            try await harness.queue.deadLetter(claimed, job: job, reason: .appleUnavailable, detail: "out of attempts", now: now, retentionSeconds: Self.retention)
+            #expect(try await harness.queue.deadLetter(claimed, job: job, reason: .appleUnavailable, detail: "out of attempts", now: now, retentionSeconds: Self.retention) == .recorded)
             let requeued = try await harness.queue.requeue(
                 jobId: job.jobId, publisherId: job.publisherId, customerEmail: job.customerEmail, offerId: job.offerId, now: now, keyTTLSeconds: Self.ttl
             )
             #expect(requeued == .requeued)
 
             // The stalled worker wakes and records what it decided about the old entry.
-            if outcome == "failed" {
-                try await harness.queue.deadLetter(stalled, job: job, reason: .appleUnavailable, detail: "stale", now: now, retentionSeconds: Self.retention)
-            } else {
-                try await harness.queue.finish(stalled, job: job, status: .rejected, reason: .invalidReceipt, environment: "Production", expiresAt: nil, now: now, retentionSeconds: Self.retention)
-            }
+            let late = outcome == "failed"
+                ? try await harness.queue.deadLetter(stalled, job: job, reason: .appleUnavailable, detail: "stale", now: now, retentionSeconds: Self.retention)
+                : try await harness.queue.finish(stalled, job: job, status: .rejected, reason: .invalidReceipt, environment: "Production", expiresAt: nil, now: now, retentionSeconds: Self.retention)
+            #expect(late == .superseded)
             let record = try #require(try await harness.queue.record(jobId: job.jobId))
             #expect(record.status == .queued)
             #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)

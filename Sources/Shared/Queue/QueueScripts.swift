@@ -38,6 +38,19 @@ enum QueueScripts {
 
     /// Whether a copy of a job working on `entry` is stale: the job is not final and runs on another entry by
     /// now (promoted, put back or requeued since). Jobs stored before they kept their entry count as current.
+    /// Whether a final record is this run's (1) or the job was final already (-1), for the workers' counts: a job is
+    /// counted once however many copies of it end. A run is its entry and the consumer holding it; the job's
+    /// `finishedBy` names the run that made it final, so the same run's record sent again (its answer lost) is
+    /// still its own, and a peer that claimed the entry meanwhile is another run.
+    private static let finishedFunction = """
+        local function finished(job, current, settled, run)
+          if current and not settled then return 1 end
+          if current and run and redis.call('HGET', job, 'finishedBy') == run then return 1 end
+          return -1
+        end
+
+        """
+
     private static let staleFunction = """
         local function stale(job, status, entry)
           if not status or status == 'granted' or status == 'rejected' or status == 'failed' then return false end
@@ -152,21 +165,24 @@ enum QueueScripts {
     ///
     /// KEYS: job, stream, pending, dead, inflight, retry, the job's claim when it has a transaction id, then the
     /// claims a grant takes. ARGV: entry id, group, status, reason, environment, expiresAt, now, retention (s),
-    /// jobId, access channel, customer, whether KEYS[7] is the job's claim ('1' or '0').
-    /// Empty strings mean "not set". Returns 1, or 0 when stale.
-    static let finish = RedisScript(name: "finish", source: claimFunctions + staleFunction + """
+    /// jobId, access channel, customer, whether KEYS[7] is the job's claim ('1' or '0'), consumer.
+    /// Empty strings mean "not set". Returns 1 when this run's outcome is the job's (``finishedFunction``), 0 when
+    /// stale, -1 when the job was final already (only acknowledged).
+    static let finish = RedisScript(name: "finish", source: claimFunctions + staleFunction + finishedFunction + """
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         local current = redis.call('HGET', KEYS[1], 'status')
         if ARGV[3] ~= 'granted' and stale(KEYS[1], current, ARGV[1]) then return 0 end
         local settled = current == 'granted' or ((current == 'rejected' or current == 'failed') and ARGV[3] ~= 'granted')
+        local run = ARGV[1] .. '\\n' .. ARGV[13]
+        local recorded = finished(KEYS[1], current, settled, run)
         if current and not settled then
           local dead = redis.call('HGET', KEYS[1], 'deadEntry')
           if dead then
             redis.call('XDEL', KEYS[4], dead)
             redis.call('HDEL', KEYS[1], 'deadEntry')
           end
-          redis.call('HSET', KEYS[1], 'status', ARGV[3], 'updatedAt', ARGV[7])
+          redis.call('HSET', KEYS[1], 'status', ARGV[3], 'updatedAt', ARGV[7], 'finishedBy', run)
           if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[4]) else redis.call('HDEL', KEYS[1], 'reason') end
           if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'environment', ARGV[5]) end
           if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[6]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
@@ -181,7 +197,7 @@ enum QueueScripts {
         redis.call('ZREM', KEYS[5], ARGV[9])
         redis.call('ZREM', KEYS[6], ARGV[9])
         redis.call('PUBLISH', ARGV[10], KEYS[3])
-        return 1
+        return recorded
         """)
 
     /// Park a job in the delayed-retry set and acknowledge its entry, in one step; a job already final
@@ -286,8 +302,9 @@ enum QueueScripts {
     ///
     /// KEYS: job, stream, dead, pending, inflight, retry, and claim when the job has a transaction id. ARGV: entry id
     /// (empty for a job parked in the retry set), group, jobId, reason, detail, now, retention (s), access channel,
-    /// customer. Returns 1, or 0 when stale.
-    static let deadLetter = RedisScript(name: "dead-letter", source: claimFunctions + staleFunction + """
+    /// customer, consumer. Returns 1 when this run's outcome is the job's, 0 when stale, -1 when the job was final
+    /// already, as `finish` does.
+    static let deadLetter = RedisScript(name: "dead-letter", source: claimFunctions + staleFunction + finishedFunction + """
         if ARGV[1] ~= '' and stale(KEYS[1], redis.call('HGET', KEYS[1], 'status'), ARGV[1]) then
           redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
           redis.call('XDEL', KEYS[2], ARGV[1])
@@ -297,10 +314,14 @@ enum QueueScripts {
         redis.call('ZREM', KEYS[5], ARGV[3])
         redis.call('ZREM', KEYS[6], ARGV[3])
         local current = redis.call('HGET', KEYS[1], 'status')
-        if current and current ~= 'granted' and current ~= 'rejected' and current ~= 'failed' then
+        local settled = current == 'granted' or current == 'rejected' or current == 'failed'
+        local run = ARGV[1] ~= '' and (ARGV[1] .. '\\n' .. ARGV[10]) or nil
+        local recorded = finished(KEYS[1], current, settled, run)
+        if current and not settled then
           local oldest = tostring(math.max(0, tonumber(ARGV[6]) - tonumber(ARGV[7]) * 1000))
           local entry = redis.call('XADD', KEYS[3], 'MINID', oldest, '*', 'job', ARGV[3], 'reason', ARGV[4], 'detail', ARGV[5], 'at', ARGV[6])
           redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', ARGV[4], 'updatedAt', ARGV[6], 'deadEntry', entry)
+          if run then redis.call('HSET', KEYS[1], 'finishedBy', run) else redis.call('HDEL', KEYS[1], 'finishedBy') end
           redis.call('HDEL', KEYS[1], 'nextAttemptAt')
           redis.call('EXPIRE', KEYS[1], ARGV[7])
           if KEYS[7] and redis.call('HGET', KEYS[1], 'claimed') == '1' then
@@ -313,7 +334,7 @@ enum QueueScripts {
           redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
           redis.call('XDEL', KEYS[2], ARGV[1])
         end
-        return 1
+        return recorded
         """)
 
     /// Put a failed job back on the stream with fresh attempts (the per-answer counts of `retry` too); a

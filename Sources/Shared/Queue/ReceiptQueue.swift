@@ -262,24 +262,24 @@ public struct ReceiptQueue: Sendable {
     /// transaction ids become the customer's in Redis for `retentionSeconds`, so the API refuses another
     /// customer's submission of them at once (409), though this job was submitted without them.
     ///
-    /// Returns `false` when a rejection came from a stale copy (its job runs on another entry by now: promoted,
-    /// put back or requeued since), which only acknowledged its entry.
+    /// Returns ``FinalRecord/superseded`` when a rejection came from a stale copy (its job runs on another entry by
+    /// now: promoted, put back or requeued since), which only acknowledged its entry.
     @discardableResult
     public func finish(
         _ delivery: QueueDelivery, job: ReceiptJob, status: JobStatus, reason: JobReason?, environment: String?,
         expiresAt: Int?, now: Int, retentionSeconds: Int, claimed: [String] = []
-    ) async throws -> Bool {
+    ) async throws -> FinalRecord {
         let own = self.claimKeys(job)
-        return try await self.redis.run(
+        return try FinalRecord(reply: await self.redis.run(
             QueueScripts.finish,
             keys: [self.keys.job(job.jobId), self.keys.stream, self.keys.pending(for: job), self.keys.dead, self.keys.inflight, self.keys.retry] + own
                 + claimed.map { self.keys.claim(publisherId: job.publisherId, transactionId: $0) },
             arguments: [
                 delivery.entryId, self.keys.group, status.rawValue, reason?.rawValue ?? "", environment ?? "",
                 expiresAt.map(String.init) ?? "", String(now), String(retentionSeconds), job.jobId, self.keys.accessChannel, job.customerEmail,
-                own.isEmpty ? "0" : "1",
+                own.isEmpty ? "0" : "1", delivery.consumer,
             ]
-        ).int != 0
+        ))
     }
 
     /// Tells the group that `consumer` is still working on these entries (their idle time starts again), so
@@ -380,10 +380,10 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// Dead-letters a job (status `failed`) and acknowledges its entry; `delivery` is `nil` for a job
-    /// that is no longer on the stream. Returns `false` when the delivery was a stale copy, as in
-    /// ``finish(_:job:status:reason:environment:expiresAt:now:retentionSeconds:claimed:)``.
+    /// that is no longer on the stream. Returns what it recorded, as
+    /// ``finish(_:job:status:reason:environment:expiresAt:now:retentionSeconds:claimed:)`` does.
     @discardableResult
-    public func deadLetter(_ delivery: QueueDelivery?, job: ReceiptJob, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws -> Bool {
+    public func deadLetter(_ delivery: QueueDelivery?, job: ReceiptJob, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws -> FinalRecord {
         try await self.deadLetter(
             delivery, jobId: job.jobId, customerEmail: job.customerEmail, pendingKey: self.keys.pending(for: job), claimKeys: self.claimKeys(job),
             reason: reason, detail: detail, now: now, retentionSeconds: retentionSeconds
@@ -393,7 +393,7 @@ public struct ReceiptQueue: Sendable {
     /// ``deadLetter(_:job:reason:detail:now:retentionSeconds:)`` for a job known only by its status record
     /// (its payload could not be read). Its transaction's claim, if any, is left to expire.
     @discardableResult
-    public func deadLetter(_ delivery: QueueDelivery, record: JobRecord, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws -> Bool {
+    public func deadLetter(_ delivery: QueueDelivery, record: JobRecord, reason: JobReason, detail: String, now: Int, retentionSeconds: Int) async throws -> FinalRecord {
         try await self.deadLetter(
             delivery, jobId: record.jobId, customerEmail: record.customerEmail,
             pendingKey: self.keys.pending(publisherId: record.publisherId, customerEmail: record.customerEmail, offerId: record.offerId), claimKeys: [],
@@ -404,15 +404,15 @@ public struct ReceiptQueue: Sendable {
     private func deadLetter(
         _ delivery: QueueDelivery?, jobId: String, customerEmail: String, pendingKey: String, claimKeys: [String], reason: JobReason, detail: String,
         now: Int, retentionSeconds: Int
-    ) async throws -> Bool {
-        try await self.redis.run(
+    ) async throws -> FinalRecord {
+        try FinalRecord(reply: await self.redis.run(
             QueueScripts.deadLetter,
             keys: [self.keys.job(jobId), self.keys.stream, self.keys.dead, pendingKey, self.keys.inflight, self.keys.retry] + claimKeys,
             arguments: [
                 delivery?.entryId ?? "", self.keys.group, jobId, reason.rawValue, detail, String(now), String(retentionSeconds),
-                self.keys.accessChannel, customerEmail,
+                self.keys.accessChannel, customerEmail, delivery?.consumer ?? "",
             ]
-        ).int != 0
+        ))
     }
 
     /// Puts back on the stream unfinished jobs whose entry vanished (an `XTRIM`, an `XDEL`) and that were
