@@ -151,6 +151,35 @@ struct MigratorTests {
         }
     }
 
+    @Test("a second migrator waits for the first however short a lock_timeout its URL sets, and its session keeps that setting")
+    func waitsDespiteLockTimeout() async throws {
+        try await TestDatabase.withFresh(connections: 1) { (observer: PostgresClient, url: String) async throws in
+            let holder = PostgresClient(url: url, connections: 1)
+            let impatient = PostgresClient(url: url + "?options=-c%20lock_timeout%3D1", connections: 1)
+            try await TestEnvironment.using(holder, impatient) {
+                try await holder.withConnection { first in
+                    // The first migrator, as far as the second can tell: it holds the migration lock.
+                    try await first.query("SELECT pg_advisory_lock($1)", [Migrator.lockKey])
+                    let second = Task { try await Migrator(database: impatient, logger: Self.logger).migrate() }
+                    func waiting() async throws -> Bool {
+                        try await observer.query(
+                            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                        ).first?.decode(Int.self, "n") == 1
+                    }
+                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the second migrator waiting for the lock") {
+                        try await waiting() ? true : nil
+                    }
+                    // With lock_timeout = 1 ms it would have given up long before this.
+                    try await observer.query("SELECT pg_sleep(0.2)")
+                    #expect(try await waiting(), "still waiting")
+                    try await first.query("SELECT pg_advisory_unlock($1)", [Migrator.lockKey])
+                    #expect(try await second.value.isEmpty)
+                }
+                #expect(try await impatient.query("SHOW lock_timeout").first?.decode(String.self, "lock_timeout") == "1ms")
+            }
+        }
+    }
+
     @Test("a migration chosen as a deadlock's victim gives its locks back and tries again, instead of failing")
     func deadlockRetried() async throws {
         try await TestDatabase.withFresh(connections: 1) { (client: PostgresClient, url: String) async throws in

@@ -14,7 +14,7 @@ public struct Migrator: Sendable {
     private let lockTimeoutMilliseconds: Int
     private let lockPatience: Duration
     /// An arbitrary constant naming Tollgate's migration lock.
-    private static let lockKey = 7_307_110_020_026
+    static let lockKey = 7_307_110_020_026
 
     /// Creates a migrator.
     public init(database: PostgresClient, logger: Logger, lockTimeoutMilliseconds: Int = 5000, lockPatience: Duration = .seconds(600)) {
@@ -29,9 +29,12 @@ public struct Migrator: Sendable {
     public func migrate(_ migrations: [Migrations.Migration] = Migrations.all) async throws -> [Int] {
         try await self.database.withConnection { session in
             // No statement timeout here: a migration may rewrite a large table, and a second process waits
-            // for the lock as long as the first one migrates.
+            // for the lock as long as the first one migrates, whatever lock_timeout the URL or the role sets
+            // (the advisory lock obeys it); the session's own setting is back once the lock is held.
             try await session.withoutStatementTimeout {
+                try await session.query("SET lock_timeout = 0")
                 try await session.query("SELECT pg_advisory_lock($1)", [Self.lockKey])
+                try await session.query("RESET lock_timeout")
                 do {
                     let applied = try await self.apply(migrations, session: session)
                     try await session.query("SELECT pg_advisory_unlock($1)", [Self.lockKey])
