@@ -1,6 +1,5 @@
 import Logging
 import Shared
-import Synchronization
 import Testing
 import TestSupport
 @testable import Worker
@@ -51,28 +50,5 @@ struct PromoterTests {
             running.cancel()
             await running.value
         }
-    }
-}
-
-/// A log handler that keeps the messages it is given.
-private struct CapturedLines: LogHandler {
-    private let messages = SharedMessages()
-    var logLevel: Logger.Level = .info
-    var metadata: Logger.Metadata = [:]
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { self.metadata[key] }
-        set { self.metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        self.messages.lines.withLock { $0.append(event.message.description) }
-    }
-
-    /// How many messages were exactly `message`.
-    func count(_ message: String) -> Int { self.messages.lines.withLock { $0.filter { $0 == message }.count } }
-
-    private final class SharedMessages: Sendable {
-        let lines = Mutex<[String]>([])
     }
 }

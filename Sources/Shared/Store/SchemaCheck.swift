@@ -7,12 +7,15 @@ import Synchronization
 /// A build that runs ahead of its migration (a deploy that rolled the binaries out before
 /// `tollgate-api migrate` ran, or a boot where the migration failed) would fail every grant on a missing
 /// table or column and burn each job's attempts; instead it reports not ready until the schema is there.
-/// A schema ahead of the build is fine: migrations only add. Once found current, the schema is not read
-/// again: migrations never go back.
+/// A schema ahead of the build is fine: migrations only add; the worker says so in its log once, naming
+/// the versions this build does not know. Once found current, the schema is not read again: migrations
+/// never go back.
 public final class SchemaCheck: Sendable {
     private let database: PostgresClient
     private let required: [Int]
     private let current = Atomic<Bool>(false)
+    /// The applied versions this build does not know, as last read.
+    private let unknown = Mutex<[Int]>([])
 
     /// Creates a check for `migrations` (every one this build has, by default).
     public init(database: PostgresClient, migrations: [Migrations.Migration] = Migrations.all) {
@@ -31,15 +34,24 @@ public final class SchemaCheck: Sendable {
             applied = []
         }
         let missing = self.required.filter { !applied.contains($0) }
+        let known = Set(self.required)
+        self.unknown.withLock { $0 = applied.filter { !known.contains($0) }.sorted() }
         if missing.isEmpty { self.current.store(true, ordering: .relaxed) }
         return missing
     }
 
-    /// What readiness names while the schema is behind, or nil when it is current (or cannot be read:
-    /// the database's own check reports that).
+    /// What readiness names while the schema is behind or cannot be read (a role without the right to read
+    /// `schema_migrations`), or nil when it is current or PostgreSQL is away (the database's own check
+    /// reports that).
     public func readinessProblem() async -> String? {
-        guard let missing = try? await self.missing(), !missing.isEmpty else { return nil }
-        return "postgresql schema (\(Self.describe(missing)))"
+        do {
+            let missing = try await self.missing()
+            return missing.isEmpty ? nil : "postgresql schema (\(Self.describe(missing)))"
+        } catch let error as PostgresError where !error.isUnavailable {
+            return "postgresql schema (cannot be read: \(error.sqlState.map { "SQLSTATE \($0)" } ?? error.code.description))"
+        } catch {
+            return nil
+        }
     }
 
     /// Returns once the schema is current (true), or when the task is cancelled (false). Says in the log
@@ -53,6 +65,12 @@ public final class SchemaCheck: Sendable {
                 let missing = try await self.missing()
                 if missing.isEmpty {
                     if lastReport != nil { logger.info("the database schema is current; starting") }
+                    let unknown = self.unknown.withLock { $0 }
+                    if !unknown.isEmpty {
+                        logger.warning(
+                            "the database has migrations this build does not know (\(unknown.map(String.init).joined(separator: ", "))): a newer build migrated it; run that build, or check its notes before running this one"
+                        )
+                    }
                     return true
                 }
                 if due() {
