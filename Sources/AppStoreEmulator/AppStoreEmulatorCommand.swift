@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Hummingbird
+import ServiceLifecycle
+import Synchronization
 
 /// `appstore-emulator`: a fake of Apple's verifyReceipt for local runs, tests and benchmarks.
 ///
@@ -47,7 +49,7 @@ struct AppStoreEmulatorCommand: AsyncParsableCommand {
             if let portFile = configuration.portFile, !PortFileWriter.canWrite(to: portFile) {
                 throw ConfigurationError(
                     variable: "APPSTORE_EMULATOR_PORT_FILE", flag: "--port-file", value: portFile,
-                    expected: "a path in an existing, writable directory"
+                    expected: "a file path (not a directory) in an existing, writable directory"
                 )
             }
         } catch {
@@ -56,7 +58,24 @@ struct AppStoreEmulatorCommand: AsyncParsableCommand {
         }
         let state = EmulatorState(settings: configuration.faults)
         let watcher = StopSignalWatcher(releasing: state)
-        try await buildApplication(configuration, state: state).runService()
+        let listening = Atomic<Bool>(false)
+        let application = buildApplication(configuration, state: state) { listening.store(true, ordering: .relaxed) }
+        var group = ServiceGroupConfiguration(services: [application], gracefulShutdownSignals: [.sigterm, .sigint], logger: application.logger)
+        // A client that sent half a request, or stopped reading an answer, must not hold the stop for good.
+        group.maximumGracefulShutdownDuration = Self.shutdownGrace
+        do {
+            try await ServiceGroup(configuration: group).run()
+        } catch where !listening.load(ordering: .relaxed) {
+            // The address cannot be bound (a host that does not resolve, a port in use or privileged): a
+            // configuration error, one line and exit code 2, as for a value refused at start.
+            ConsoleOutput.standardError(
+                "appstore-emulator: cannot listen on \(configuration.host):\(configuration.port) (APPSTORE_EMULATOR_HOST, APPSTORE_EMULATOR_PORT): \(error)"
+            )
+            throw ExitCode(ConfigurationError.exitCode)
+        }
         withExtendedLifetime(watcher) {}
     }
+
+    /// How long a stop waits for requests in progress before it closes their connections.
+    static let shutdownGrace = Duration.seconds(10)
 }

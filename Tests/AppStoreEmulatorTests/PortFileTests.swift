@@ -14,6 +14,9 @@ struct PortFileTests {
         let portFile = directory.appendingPathComponent("port").path
         #expect(PortFileWriter.canWrite(to: portFile))
         #expect(!PortFileWriter.canWrite(to: directory.appendingPathComponent("missing/port").path))
+        // A directory, or a path naming one, cannot receive the file: rename(2) would fail once listening.
+        #expect(!PortFileWriter.canWrite(to: directory.path))
+        #expect(!PortFileWriter.canWrite(to: portFile + "/"))
 
         var configuration = EmulatorConfiguration()
         configuration.port = 0

@@ -70,8 +70,12 @@ struct VerifyReceiptRouteTests {
     func millisecondsAsNumbers() async throws {
         let scenario = #"{"bundleId":"a","millisecondsAsNumbers":true,"inApp":[{"productId":"sub","transactionId":"7","purchaseDateMs":1700000000000,"expiresDateMs":1702592000000}],"pendingRenewalInfo":[{"productId":"sub","originalTransactionId":"7","gracePeriodExpiresDateMs":1702600000000}]}"#
         try await Fixtures.makeApplication().test(.router) { client in
-            let answer = try Fixtures.object(try await client.verify(Fixtures.receiptData(scenario)).body)
+            let body = try await client.verify(Fixtures.receiptData(scenario)).body
+            let answer = try Fixtures.object(body)
             #expect(answer["status"] as? Int == 0)
+            // Slashes unescaped, as in every other answer.
+            #expect(String(buffer: body).contains(" America/Los_Angeles\""), "\(String(buffer: body))")
+            #expect(!String(buffer: body).contains("\\/"))
             let receipt = try #require(answer["receipt"] as? [String: Any])
             #expect(receipt["request_date_ms"] is NSNumber && !(receipt["request_date_ms"] is String))
             let entries = Fixtures.objects(answer, "latest_receipt_info") + ((receipt["in_app"] as? [[String: Any]]) ?? [])

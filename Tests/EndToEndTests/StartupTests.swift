@@ -17,6 +17,9 @@ struct StartupTests {
             ("tollgate-api", ["migrate"], ["TOLLGATE_DATABASE_URL": "postgres://tollgate@127.0.0.1:1/tollgate?no_such_option=1"], "TOLLGATE_DATABASE_URL"),
             ("tollgate-worker", ["--metrics-port", "99999"], [:], "TOLLGATE_METRICS_PORT"),
             ("tollgate-worker", ["--concurrency", "lots"], [:], "TOLLGATE_WORKER_CONCURRENCY"),
+            // An address that cannot be bound is refused like a bad value (the host, here, does not resolve).
+            ("appstore-emulator", ["--host", "127.0.0.1:9090", "--port", "0"], [:], "APPSTORE_EMULATOR_HOST"),
+            ("appstore-emulator", ["--port", "0", "--port-file", NSTemporaryDirectory()], [:], "APPSTORE_EMULATOR_PORT_FILE"),
         ] as [(String, [String], [String: String], String)]
     )
     func badValueExits2(executable: String, arguments: [String], environment: [String: String], variable: String) async throws {
@@ -273,6 +276,28 @@ struct StartupTests {
         )
         do { try await body(process) } catch {
             await process.stop()
+            throw error
+        }
+    }
+
+    @Test("the emulator's stop waits for a request in progress at most 10 s, then closes it and exits 0", .timeLimit(.minutes(2)))
+    func emulatorStalledRequestDoesNotHoldTheStop() async throws {
+        let emulator = try ManagedProcess(
+            executable: "appstore-emulator", arguments: ["--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
+        )
+        do {
+            let client = try #require(LoopbackSocket(port: try await emulator.port()))
+            // One write: a whole request, then the head of a second and 1 byte of its 100. Once the first one's
+            // answer is back, the server has read the second one's head too, and waits for its body.
+            let stalled = "POST /verifyReceipt HTTP/1.1\r\nHost: apple\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            #expect(client.write("GET /health HTTP/1.1\r\nHost: apple\r\n\r\n" + stalled))
+            let first = client.read(until: "\r\n\r\nok", seconds: 30)
+            #expect(first.hasPrefix("HTTP/1.1 200"), "\(first)")
+            emulator.signal(SIGTERM)
+            #expect(try await emulator.waitForExit(timeout: .seconds(30)) == 0, "\(emulator.logTail())")
+            #expect(client.closedByPeer(within: 5))
+        } catch {
+            await emulator.stop()
             throw error
         }
     }

@@ -7,7 +7,10 @@ import Logging
 ///   - configuration: the process configuration.
 ///   - state: the shared state; tests pass their own to inspect it, the process lets one be made from
 ///     `configuration.faults`.
-func buildApplication(_ configuration: EmulatorConfiguration, state: EmulatorState? = nil) -> some ApplicationProtocol {
+///   - onListening: called once the server listens.
+func buildApplication(
+    _ configuration: EmulatorConfiguration, state: EmulatorState? = nil, onListening: @escaping @Sendable () -> Void = {}
+) -> some ApplicationProtocol {
     var logger = Logger(label: "appstore-emulator")
     logger.logLevel = configuration.logLevel
     let state = state ?? EmulatorState(settings: configuration.faults)
@@ -25,6 +28,7 @@ func buildApplication(_ configuration: EmulatorConfiguration, state: EmulatorSta
         onServerRunning: { [logger] channel in
             // With port 0 only the bound channel knows the port; scripts learn it from the file or the line.
             let port = channel.localAddress?.port ?? requestedPort
+            onListening()
             if let portFile {
                 do {
                     try PortFileWriter.write(port: port, to: portFile)

@@ -15,7 +15,7 @@ enum JSONAnswer {
     static func response(_ value: some Encodable, status: HTTPResponse.Status = .ok, millisecondsAsNumbers: Bool = false) throws -> Response {
         var data = try encoder.encode(value)
         if millisecondsAsNumbers {
-            data = try JSONSerialization.data(withJSONObject: Self.numbers(try JSONSerialization.jsonObject(with: data)))
+            data = try JSONSerialization.data(withJSONObject: Self.numbers(try JSONSerialization.jsonObject(with: data)), options: .withoutEscapingSlashes)
         }
         return Response(status: status, headers: [.contentType: "application/json"], body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
     }

@@ -27,11 +27,15 @@ enum PortFileWriter {
         }
     }
 
-    /// Whether the file's directory exists and is writable, checked at start so a bad path is a
-    /// configuration error (exit code 2) instead of a script waiting forever for the file.
+    /// Whether the file's directory exists and is writable, and the path is not a directory itself,
+    /// checked at start so a bad path is a configuration error (exit code 2) instead of a script waiting
+    /// forever for the file.
     static func canWrite(to path: String) -> Bool {
-        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         var isDirectory: ObjCBool = false
+        guard !path.hasSuffix("/"), !(FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && isDirectory.boolValue) else {
+            return false
+        }
+        let directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
         return FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory)
             && isDirectory.boolValue
             && FileManager.default.isWritableFile(atPath: directory)
