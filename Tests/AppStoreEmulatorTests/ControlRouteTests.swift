@@ -74,6 +74,11 @@ struct ControlRouteTests {
         (#"{"failRate":1,"timeoutHoldMs":-5}"#, "timeoutHoldMs"),
         (#"{"failrate":1}"#, "failrate"),
         (#"{"failRate":1,"mode":"html"}"#, "mode"),
+        // Of the wrong type, or too large for its type.
+        (#"{"failRate":"lots"}"#, "failRate"),
+        (#"{"latencyMs":99999999999999999999}"#, "latencyMs"),
+        (#"{"timeoutHoldMs":1.5}"#, "timeoutHoldMs"),
+        (#"{"failMode":5}"#, "failMode"),
     ])
     func refusedConfig(body: String, field: String) async throws {
         try await Fixtures.makeApplication().test(.router) { client in
@@ -91,9 +96,11 @@ struct ControlRouteTests {
     @Test("malformed config JSON answers 400 malformed_json")
     func malformedConfig() async throws {
         try await Fixtures.makeApplication().test(.router) { client in
-            let response = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: #"{"failRate":"lots"}"#))
-            #expect(response.status == .badRequest)
-            #expect(try Fixtures.object(response.body)["code"] as? String == "malformed_json")
+            for body in [#"{"failRate":"#, "[1]", #""text""#] {
+                let response = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: body))
+                #expect(response.status == .badRequest)
+                #expect(try Fixtures.object(response.body)["code"] as? String == "malformed_json", "\(body)")
+            }
         }
     }
 

@@ -9,7 +9,7 @@ struct FaultSettingsUpdate: Decodable, Sendable {
     /// New `timeoutHoldMs`, when given.
     var timeoutHoldMs: Int?
 
-    private enum CodingKeys: String, CodingKey, CaseIterable {
+    fileprivate enum CodingKeys: String, CodingKey, CaseIterable {
         case latencyMs, failRate, failMode, timeoutHoldMs
     }
 
@@ -19,6 +19,20 @@ struct FaultSettingsUpdate: Decodable, Sendable {
 
         var controlError: ControlError {
             .invalidField(self.name, "unknown field \"\(self.name)\"; the fields are \(CodingKeys.allCases.map(\.stringValue).joined(separator: ", "))")
+        }
+    }
+
+    /// A field whose value is not of its type, or does not fit it (`"latencyMs": 1e30`, `"timeoutHoldMs": 1.5`).
+    struct IllTypedField: Error {
+        fileprivate let key: CodingKeys
+
+        var controlError: ControlError {
+            let expected = switch self.key {
+            case .failRate: "a number between 0 and 1"
+            case .failMode: "one of \(FailMode.acceptedValues)"
+            case .latencyMs, .timeoutHoldMs: "a whole number between 0 and 3600000"
+            }
+            return .invalidField(self.key.stringValue, "\(self.key.stringValue) must be \(expected)")
         }
     }
 
@@ -36,10 +50,14 @@ struct FaultSettingsUpdate: Decodable, Sendable {
             throw UnknownField(name: unknown.stringValue)
         }
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        self.latencyMs = try container.decodeIfPresent(Int.self, forKey: .latencyMs)
-        self.failRate = try container.decodeIfPresent(Double.self, forKey: .failRate)
-        self.failMode = try container.decodeIfPresent(String.self, forKey: .failMode)
-        self.timeoutHoldMs = try container.decodeIfPresent(Int.self, forKey: .timeoutHoldMs)
+        // Field by field, so a value that does not decode names its field (Foundation's error may not).
+        func field<T: Decodable>(_ key: CodingKeys) throws -> T? {
+            do { return try container.decodeIfPresent(T.self, forKey: key) } catch { throw IllTypedField(key: key) }
+        }
+        self.latencyMs = try field(.latencyMs)
+        self.failRate = try field(.failRate)
+        self.failMode = try field(.failMode)
+        self.timeoutHoldMs = try field(.timeoutHoldMs)
     }
 
     /// Applies the update to `settings`, or names the first field whose value is unacceptable.

@@ -42,6 +42,8 @@ struct EmulatorControlController: Sendable {
                 update = try JSONDecoder().decode(FaultSettingsUpdate.self, from: Data(body.readableBytesView))
             } catch let unknown as FaultSettingsUpdate.UnknownField {
                 return try JSONAnswer.response(unknown.controlError, status: .badRequest)
+            } catch let illTyped as FaultSettingsUpdate.IllTypedField {
+                return try JSONAnswer.response(illTyped.controlError, status: .badRequest)
             } catch {
                 return try JSONAnswer.response(ControlError.malformedJSON(), status: .badRequest)
             }

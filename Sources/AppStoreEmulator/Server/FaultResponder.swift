@@ -27,7 +27,9 @@ enum FaultResponder {
                 let clock = ContinuousClock()
                 let end = clock.now.advanced(by: .milliseconds(holdMs))
                 while clock.now < end, !state.holdsAreReleased {
-                    try await state.hold(milliseconds: 100)
+                    // The last slice is what is left of the hold, so the answer ends when the hold does.
+                    let left = clock.now.duration(to: end).components
+                    try await state.hold(milliseconds: min(100, max(1, Int(left.seconds * 1000 + left.attoseconds / 1_000_000_000_000_000))))
                     try await writer.write(ByteBuffer(string: " "))
                 }
             } else {
