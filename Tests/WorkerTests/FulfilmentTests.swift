@@ -177,6 +177,30 @@ struct FulfilmentTests {
         }
     }
 
+    @Test("a product a newer binary disabled, then an older one (no disabled_at) enabled and disabled again: a job accepted while it was back on sale is granted")
+    func productFlippedByMixedBinaries() async throws {
+        try await WorkerHarness.with { harness in
+            try await harness.app(Self.bundle)
+            let premium = try await harness.product(Self.bundle, productId: "premium", offerId: "PREMIUM", kind: .nonConsumable)
+            func clockPast(_ instant: Int) async throws {
+                _ = try await Poll.until(timeout: .seconds(5), interval: .milliseconds(1), "the clock past \(instant)") {
+                    WallClock.nowMilliseconds() > instant + 2 ? true : nil
+                }
+            }
+            // This build disables it; an API from before migration 9 enables it again, as it wrote an enable.
+            try await harness.database.query("UPDATE products SET enabled = false, disabled_at = now(), updated_at = now() WHERE id = $1", [premium.id])
+            try await clockPast(WallClock.nowMilliseconds())
+            try await harness.database.query("UPDATE products SET enabled = true, updated_at = now() WHERE id = $1", [premium.id])
+            let transaction = ScenarioReceipt.transactionId()
+            let receipt = ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)])
+            let job = try await harness.submit(offerId: "PREMIUM", transactionId: transaction, receipt: receipt)
+            try await clockPast(WallClock.nowMilliseconds())
+            // The older API disables it again.
+            try await harness.database.query("UPDATE products SET enabled = false, updated_at = now() WHERE id = $1", [premium.id])
+            #expect(try await harness.workUntilFinal(job).status == .granted, "paid while the product was on sale")
+        }
+    }
+
     /// The app `bundle` with `sharedSecret`, selling the non-consumable `premium` (offer PREMIUM).
     static func premium(_ harness: WorkerHarness, sharedSecret: String) async throws {
         try await harness.app(Self.bundle, sharedSecret: sharedSecret)

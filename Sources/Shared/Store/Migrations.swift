@@ -214,5 +214,28 @@ public enum Migrations {
             ALTER TABLE products ADD COLUMN disabled_at timestamptz;
             UPDATE products SET disabled_at = updated_at WHERE NOT enabled;
             """),
+        Migration(version: 10, name: "disabled_at kept by the database", sql: """
+            -- During a rolling upgrade an API from before migration 9 may enable and disable a product again
+            -- without touching disabled_at: the moment of a newer disable would stay, and a job accepted while
+            -- the product was back on sale would be refused. PostgreSQL keeps it now, whoever writes.
+            CREATE FUNCTION products_disabled_at() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.enabled THEN
+                    NEW.disabled_at := NULL;
+                ELSIF TG_OP = 'INSERT' THEN
+                    NEW.disabled_at := COALESCE(NEW.disabled_at, now());
+                ELSIF OLD.enabled THEN
+                    NEW.disabled_at := now();
+                ELSE
+                    NEW.disabled_at := COALESCE(OLD.disabled_at, NEW.disabled_at);
+                END IF;
+                RETURN NEW;
+            END
+            $$;
+            CREATE TRIGGER products_disabled_at BEFORE INSERT OR UPDATE ON products
+                FOR EACH ROW EXECUTE FUNCTION products_disabled_at();
+            -- Disabled by such an API since migration 9: at its last change, as before.
+            UPDATE products SET disabled_at = updated_at WHERE NOT enabled AND disabled_at IS NULL;
+            """),
     ]
 }
