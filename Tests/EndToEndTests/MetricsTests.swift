@@ -98,6 +98,9 @@ struct MetricsTests {
                 #expect(bounds.contains(60) && bounds.contains(top), "\(name): \(bounds.sorted())")
             }
             #expect(Self.value(done, "tollgate_verifications_in_flight") == 0)
+            // How old the queue gauges are: read within the last few intervals.
+            let sampledAt = try #require(Self.value(done, "tollgate_queue_sampled_at_seconds"))
+            #expect(abs(Date().timeIntervalSince1970 - sampledAt) < 60, "\(sampledAt)")
             _ = try await Poll.until(timeout: .seconds(30), "the API's gauges show an empty queue") {
                 Self.value(try await Self.scrape(system, api), "tollgate_queue_lag") == 0 ? true : nil
             }

@@ -10,6 +10,8 @@ import ServiceLifecycle
 /// - `tollgate_queue_pending`: entries taken by a worker and not yet acknowledged.
 /// - `tollgate_queue_delayed`: jobs waiting for their next attempt.
 /// - `tollgate_queue_dead_letters`: dead-lettered jobs.
+/// - `tollgate_queue_sampled_at_seconds`: when the gauges above were last read (Unix time, s). While Redis cannot
+///   be read they keep their last values; this says how old those are.
 public struct QueueGauges: Service, CustomStringConvertible {
     let queue: ReceiptQueue
     let interval: Duration
@@ -20,6 +22,7 @@ public struct QueueGauges: Service, CustomStringConvertible {
     private let pending = Gauge(label: "tollgate_queue_pending")
     private let delayed = Gauge(label: "tollgate_queue_delayed")
     private let deadLetters = Gauge(label: "tollgate_queue_dead_letters")
+    private let sampledAt = Gauge(label: "tollgate_queue_sampled_at_seconds")
 
     /// How ServiceGroup's logs name it.
     public var description: String { "QueueGauges" }
@@ -39,6 +42,7 @@ public struct QueueGauges: Service, CustomStringConvertible {
         self.pending.record(counts.processing)
         self.delayed.record(counts.retrying)
         self.deadLetters.record(counts.dead)
+        self.sampledAt.record(Double(WallClock.nowMilliseconds()) / 1000)
     }
 
     public func run() async {
