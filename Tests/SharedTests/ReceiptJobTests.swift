@@ -32,6 +32,9 @@ struct ReceiptJobTests {
             #"{"acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"publisher","receiptData":"QQ=="}"#,
             #"{"acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"00000000-0000-0000-0000-000000000001"}"#,
             #"{"acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"00000000-0000-0000-0000-000000000001","receiptData":"QQ==","transactionId":7}"#,
+            // Written by a later version, whose fields may change what the job means; or a version that is not one.
+            #"{"v":2,"acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"00000000-0000-0000-0000-000000000001","receiptData":"QQ=="}"#,
+            #"{"v":"1","acceptedAtMilliseconds":1,"appType":"ios","customerEmail":"c@d.io","jobId":"j","offerId":"o","publisherId":"00000000-0000-0000-0000-000000000001","receiptData":"QQ=="}"#,
         ]
     )
     func notAJob(json: String) {
@@ -44,6 +47,9 @@ struct ReceiptJobTests {
             + #""publisherId":"00000000-0000-0000-0000-00000000000A","receiptData":"QQ==","ipAddress":null}"#
         let job = try #require(ReceiptJob(json: json))
         #expect(job.transactionId == nil && job.ipAddress == nil && job.acceptedAtMilliseconds == 1)
+        // Version 1 written out, as by this build, reads the same (older APIs wrote none).
+        #expect(ReceiptJob(json: #"{"v":1,"# + json.dropFirst()) == job)
+        #expect(job.json.hasPrefix(#"{"v":1,"#))
         #expect(job.publisherId == UUID(uuidString: "00000000-0000-0000-0000-00000000000a"))
     }
 
