@@ -286,16 +286,7 @@ struct StartupTests {
             executable: "appstore-emulator", arguments: ["--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
         )
         do {
-            let client = try #require(LoopbackSocket(port: try await emulator.port()))
-            // One write: a whole request, then the head of a second and 1 byte of its 100. Once the first one's
-            // answer is back, the server has read the second one's head too, and waits for its body.
-            let stalled = "POST /verifyReceipt HTTP/1.1\r\nHost: apple\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
-            #expect(client.write("GET /health HTTP/1.1\r\nHost: apple\r\n\r\n" + stalled))
-            let first = client.read(until: "\r\n\r\nok", seconds: 30)
-            #expect(first.hasPrefix("HTTP/1.1 200"), "\(first)")
-            emulator.signal(SIGTERM)
-            #expect(try await emulator.waitForExit(timeout: .seconds(30)) == 0, "\(emulator.logTail())")
-            #expect(client.closedByPeer(within: 5))
+            try await Self.expectStopDespiteStalledRequest(emulator, live: "/health", answeredBy: "\r\n\r\nok", stalled: "/verifyReceipt")
         } catch {
             await emulator.stop()
             throw error
@@ -308,17 +299,22 @@ struct StartupTests {
     )
     func stalledRequestDoesNotHoldTheStop() async throws {
         try await Self.withAPI(["TOLLGATE_SHUTDOWN_GRACE_S": "1"]) { process in
-            let client = try #require(LoopbackSocket(port: try await process.port()))
-            // One write: a whole request, then the head of a second and 10 of its 100 bytes. Once the first
-            // one's answer is back, the server has read the second one's head too, and waits for its body.
-            let stalled = "POST /api/3.0/json HTTP/1.1\r\nHost: tollgate\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"method\":"
-            #expect(client.write("GET /health/live HTTP/1.1\r\nHost: tollgate\r\n\r\n" + stalled))
-            let first = client.read(until: "\"ok\"}", seconds: 30)
-            #expect(first.hasPrefix("HTTP/1.1 200"), "\(first)")
-            process.signal(SIGTERM)
-            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
-            #expect(client.closedByPeer(within: 5))
+            try await Self.expectStopDespiteStalledRequest(process, live: "/health/live", answeredBy: "\"ok\"}", stalled: "/api/3.0/json")
         }
+    }
+
+    /// One write: a whole request (`GET live`, whose answer ends with `marker`), then the head of a POST to `stalled`
+    /// and 1 byte of its 100. Once the first one's answer is back, the server has read the second one's head too,
+    /// and waits for its body. A SIGTERM then must end the process with exit 0 within 30 s, closing the connection.
+    static func expectStopDespiteStalledRequest(_ process: ManagedProcess, live: String, answeredBy marker: String, stalled: String) async throws {
+        let client = try #require(LoopbackSocket(port: try await process.port()))
+        let head = "POST \(stalled) HTTP/1.1\r\nHost: tollgate\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        #expect(client.write("GET \(live) HTTP/1.1\r\nHost: tollgate\r\n\r\n" + head))
+        let first = client.read(until: marker, seconds: 30)
+        #expect(first.hasPrefix("HTTP/1.1 200"), "\(first)")
+        process.signal(SIGTERM)
+        #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+        #expect(client.closedByPeer(within: 5))
     }
 
     @Test(
