@@ -163,7 +163,11 @@ struct MigratorTests {
                     let second = Task { try await Migrator(database: impatient, logger: Self.logger).migrate() }
                     func waiting() async throws -> Bool {
                         try await observer.query(
-                            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
+                            // This database only: other tests' migrators wait on their own databases' locks.
+                            """
+                            SELECT count(*)::int AS n FROM pg_stat_activity
+                            WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'
+                            """
                         ).first?.decode(Int.self, "n") == 1
                     }
                     _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the second migrator waiting for the lock") {
