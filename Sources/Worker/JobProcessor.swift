@@ -47,12 +47,12 @@ struct JobProcessor: Sendable {
         case .missing:
             logger.warning("job status is gone; acknowledging its entry")
             try? await self.queue.acknowledge(delivery)
-        case .poison(let job, let attempt):
+        case .poison(let job, let attempt, let acceptedAt):
             let committed = await self.fulfiller.committed(job, logger: logger)
             if let committed, case .granted = committed {
                 // Its grant committed; only recording it never happened (the worker died after the commit each
                 // time): granted, not failed.
-                await self.record(committed, delivery: delivery, job: job, attempt: attempt, acceptedAt: job.acceptedAtMilliseconds, logger: logger)
+                await self.record(committed, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
                 return
             }
             var detail = "poison: started \(attempt) times without finishing"

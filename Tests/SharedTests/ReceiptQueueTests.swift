@@ -725,7 +725,11 @@ struct ReceiptQueueTests {
                 let outcome = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 3)
                 #expect(outcome == .ready(job, attempt: attempt, acceptedAtMilliseconds: job.acceptedAtMilliseconds, startedBefore: attempt > 1))
             }
-            #expect(try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 3) == .poison(job, attempt: 4))
+            #expect(try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 3) == .poison(job, attempt: 4, acceptedAtMilliseconds: job.acceptedAtMilliseconds))
+            // When it was accepted is the job's status record's, which a requeue restarts, as for a ready job.
+            let requeuedAt = job.acceptedAtMilliseconds + 60_000
+            _ = try await harness.redis.send("HSET", harness.keys.job(job.jobId), "acceptedAt", String(requeuedAt))
+            #expect(try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 3) == .poison(job, attempt: 5, acceptedAtMilliseconds: requeuedAt))
         }
     }
 

@@ -249,8 +249,9 @@ public struct ReceiptQueue: Sendable {
         case "ready", "poison":
             guard parts.count == 5, let attempt = parts[1].int, let payload = parts[2].string else { return .missing }
             guard let job = ReceiptJob(json: payload) else { return .unreadable(attempt: attempt) }
-            if parts[0].string == "poison" { return .poison(job, attempt: attempt) }
-            return .ready(job, attempt: attempt, acceptedAtMilliseconds: parts[3].int ?? job.acceptedAtMilliseconds, startedBefore: parts[4].string == "1")
+            let acceptedAt = parts[3].int ?? job.acceptedAtMilliseconds
+            if parts[0].string == "poison" { return .poison(job, attempt: attempt, acceptedAtMilliseconds: acceptedAt) }
+            return .ready(job, attempt: attempt, acceptedAtMilliseconds: acceptedAt, startedBefore: parts[4].string == "1")
         case "final":
             return .final(parts.count > 1 ? parts[1].string.flatMap(JobStatus.init) ?? .failed : .failed)
         default:

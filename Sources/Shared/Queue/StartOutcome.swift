@@ -5,8 +5,8 @@ public enum StartOutcome: Sendable, Equatable {
     /// have committed its grant as PostgreSQL went away.
     case ready(ReceiptJob, attempt: Int, acceptedAtMilliseconds: Int, startedBefore: Bool)
     /// Started more often than attempts allow without ever finishing: dead-letter it instead of crashing
-    /// workers forever.
-    case poison(ReceiptJob, attempt: Int)
+    /// workers forever (or record its grant, when one committed), with when it was accepted, as for `ready`.
+    case poison(ReceiptJob, attempt: Int, acceptedAtMilliseconds: Int)
     /// Already final (a replay after a crash between commit and acknowledgement): just acknowledge.
     case final(JobStatus)
     /// The job's status is there but its payload is not one this version can read (written by another
