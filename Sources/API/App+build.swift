@@ -80,13 +80,12 @@ func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -
     // The metrics outside the error middleware, so they count the status the client got (a 503, not
     // the error behind it).
     router.add(middleware: RequestMetricsMiddleware())
-    router.add(middleware: ErrorMiddleware())
+    let schema = SchemaCheck(database: services.database)
+    router.add(middleware: ErrorMiddleware(schema: schema))
     let unmatched = UnmatchedRouteMiddleware<TollgateRequestContext>()
     router.add(middleware: unmatched)
 
-    OperationsRoutes<TollgateRequestContext>(
-        registry: registry, redis: services.redis, database: services.database, schema: SchemaCheck(database: services.database)
-    ).register(on: router)
+    OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database, schema: schema).register(on: router)
 
     router.get("/openapi.yaml") { _, _ in
         Response(

@@ -271,9 +271,9 @@ struct PostgresClientTests {
         }
     }
 
-    @Test("serialization failures, deadlocks, a server short of resources or failing its disk, a schema not migrated yet are unavailable (retried, 503), other server errors are not", arguments: [
+    @Test("serialization failures, deadlocks, a server short of resources or failing its disk are unavailable (retried, 503), other server errors are not (a missing table or column either)", arguments: [
         ("40001", true), ("40P01", true), ("57014", true), ("55P03", true), ("25006", true), ("53100", true), ("53200", true), ("53300", true),
-        ("58030", true), ("42P01", true), ("42703", true), ("42883", true), ("23505", false), ("22003", false), ("42601", false), ("42501", false),
+        ("58030", true), ("42P01", false), ("42703", false), ("42883", false), ("23505", false), ("22003", false), ("42601", false), ("42501", false),
     ])
     func unavailableStates(sqlState: String, unavailable: Bool) {
         #expect(PostgresError(.server, sqlState: sqlState, "x").isUnavailable == unavailable)

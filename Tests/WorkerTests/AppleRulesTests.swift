@@ -520,9 +520,8 @@ struct AppleRulesTests {
     func poisonLookupKeepsFailing() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
             let jobId = try await Self.poisonJob(harness)
-            // The lookup now fails with 42501, as with a privilege taken from the worker's role: no probe of PostgreSQL
-            // clears that. (A schema out of step, 42P01, is an outage: the schema check waits for the migration.)
-            try await harness.database.query("REVOKE SELECT ON granted_jobs FROM CURRENT_USER")
+            // The lookup now fails with 42P01, as with a schema out of step: no probe of PostgreSQL clears that.
+            try await harness.database.query("ALTER TABLE granted_jobs RENAME TO granted_jobs_elsewhere")
             try await Self.claimAsPeer(harness, jobId: jobId)
             #expect(try await harness.record(jobId).status != .failed, "one more start: left for a later claim")
             #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
@@ -535,7 +534,7 @@ struct AppleRulesTests {
             let letter = try #require(try await harness.queue.deadLetters(limit: 10).deadLetters.first)
             #expect(letter.jobId == jobId)
             #expect(letter.detail.contains("whether its grant committed is unknown"), "\(letter.detail)")
-            try await harness.database.query("GRANT SELECT ON granted_jobs TO CURRENT_USER")
+            try await harness.database.query("ALTER TABLE granted_jobs_elsewhere RENAME TO granted_jobs")
         }
     }
 

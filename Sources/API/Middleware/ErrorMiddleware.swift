@@ -6,6 +6,9 @@ import Shared
 /// Turns every error into CONTRACT.md's JSON error; a dependency that is down is a 503 with
 /// `Retry-After`, and only a real fault is a 500. Logs name the error's type, never request data.
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    /// Tells a schema older than the binary (503 until `migrate` has run) from a statement's defect (500).
+    let schema: SchemaCheck
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
@@ -19,6 +22,7 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             context.logger.warning("Redis unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the queue").response
         } catch let error as PostgresError where error.isSchemaBehind {
+            guard let missing = try? await self.schema.missing(), !missing.isEmpty else { return Self.fault(error, context: context) }
             context.logger.error("the database schema is older than this binary: run `tollgate-api migrate`", metadata: ["error": "\(error)"])
             return APIError.unavailable("the database").response
         } catch let error as PostgresError where error.isUnavailable {
@@ -29,9 +33,14 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as any HTTPResponseError {
             return Self.translate(error.status).response
         } catch {
-            context.logger.error("request failed", metadata: ["error": "\(LoggableError.describe(error))"])
-            return APIError(.internalServerError, code: "internal", "internal error").response
+            return Self.fault(error, context: context)
         }
+    }
+
+    /// A real server fault: 500, and the error's type in the log.
+    private static func fault(_ error: any Error, context: Context) -> Response {
+        context.logger.error("request failed", metadata: ["error": "\(LoggableError.describe(error))"])
+        return APIError(.internalServerError, code: "internal", "internal error").response
     }
 
     private static func translate(_ status: HTTPResponse.Status) -> APIError {

@@ -55,8 +55,9 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     public var isReadOnlyServer: Bool { self.sqlState == "25006" }
 
     /// SQLSTATE 42P01, 42703 or 42883: a table, column or function the statement names is not there. Tollgate's
-    /// own statements meet that only on a schema older than the binary: started before `migrate` finished, or
-    /// after it failed.
+    /// own statements meet that on a schema older than the binary (started before `migrate` finished, or after
+    /// it failed), or through a defect: ``SchemaCheck`` tells which. Not ``isUnavailable``: a defect must not
+    /// read as an outage.
     public var isSchemaBehind: Bool { ["42P01", "42703", "42883"].contains(self.sqlState) }
 
     /// Whether PostgreSQL cannot serve right now and the same statement may succeed shortly: unreachable,
@@ -64,9 +65,9 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     /// `lock_timeout` (55P03), which is what a stalled server or a long-held lock looks like, a
     /// serialization failure or deadlock (40001, 40P01), a server that takes no writes (25006), or one
     /// short of resources (class 53: disk full, out of memory, too many connections) or failing its
-    /// storage (class 58: an I/O error), or a schema not migrated yet (``isSchemaBehind``).
+    /// storage (class 58: an I/O error).
     public var isUnavailable: Bool {
-        guard !self.isConnectionFailure, !self.isSchemaBehind else { return true }
+        guard !self.isConnectionFailure else { return true }
         switch self.sqlState {
         case "57014", "55P03", "40001", "40P01", "25006": return true
         case let state?: return state.hasPrefix("53") || state.hasPrefix("58")

@@ -145,19 +145,28 @@ struct OperationsRouteTests {
 
     // MARK: PostgreSQL down
 
-    @Test("on a schema older than the binary (its last migration not run yet), what reads the missing column answers 503 with Retry-After, not 500")
-    func schemaBehind() async throws {
+    @Test(
+        "a column missing on a schema older than the binary (its last migration not run yet) answers 503 with Retry-After; on a schema recorded current, it is a fault: 500",
+        arguments: [false, true]
+    )
+    func schemaBehind(recorded: Bool) async throws {
         try await APIHarness.withAPI { api in
             let tenant = try await api.provisionTenant()
-            // Migration 9 undone, as on a database whose `migrate` failed or has not run yet.
-            try await api.services.database.query("ALTER TABLE products DROP COLUMN disabled_at")
-            try await api.services.database.query("DELETE FROM schema_migrations WHERE version = 9")
+            // Migration 9's column gone: as on a database whose `migrate` failed or has not run yet, or (still
+            // recorded as applied) through a defect.
+            try await api.services.database.query("ALTER TABLE products DROP COLUMN disabled_at CASCADE")
+            if !recorded { try await api.services.database.query("DELETE FROM schema_migrations WHERE version >= 9") }
 
             let listed = try await api.admin(.get, "/admin/v1/products?publisherId=\(tenant.publisherId)")
-            expectError(listed, .serviceUnavailable, code: "dependency_unavailable")
-            #expect(Int(listed.headers[.retryAfter] ?? "") ?? 0 > 0)
             let payment = try await api.send(.post, "/apple/payment", headers: tenant.headers, json: Payment.body(offerId: Tenant.Offer.coins))
-            expectError(payment, .serviceUnavailable, code: "dependency_unavailable")
+            if recorded {
+                expectError(listed, .internalServerError, code: "internal")
+                expectError(payment, .internalServerError, code: "internal")
+            } else {
+                expectError(listed, .serviceUnavailable, code: "dependency_unavailable")
+                #expect(Int(listed.headers[.retryAfter] ?? "") ?? 0 > 0)
+                expectError(payment, .serviceUnavailable, code: "dependency_unavailable")
+            }
             #expect(try await api.streamLength() == 0)
         }
     }
