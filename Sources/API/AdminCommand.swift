@@ -8,10 +8,11 @@ import Shared
 /// `tollgate-api admin …`: the admin API's actions from a shell, for operators without curl recipes.
 ///
 /// Talks to a running API over HTTP (`--url`, `TOLLGATE_ADMIN_URL`) with `TOLLGATE_ADMIN_TOKEN` from the
-/// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal (4xx) prints
-/// its message and exits 1, and when the answer says to try again later (429, 5xx) or none came, exits 75
-/// (`EX_TEMPFAIL`), so a script can tell the two apart. An unset token or an unusable URL is one line and exit
-/// code 2, before any request.
+/// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal prints its
+/// message and exits 1, and exits 75 (`EX_TEMPFAIL`) only when running it again is safe and may succeed: a 429,
+/// 502, 503 or 504 (the API wrote nothing), or no answer to a read or a PATCH (which sets what it sets however
+/// often it runs). A POST without an answer may have been applied: 1, with a hint. An unset token or an
+/// unusable URL is one line and exit code 2, before any request.
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run admin API actions against a running tollgate-api (TOLLGATE_ADMIN_TOKEN from the environment).",
@@ -54,11 +55,12 @@ struct Admin: AsyncParsableCommand {
             return ExitCode(2)
         }
 
-        /// What a script may do again later: no answer, 429, or a server or dependency fault.
+        /// What a script may run again later: the API could not serve it then, and nothing was applied or can be
+        /// applied twice.
         static let tryAgainLater = ExitCode(75)
 
         /// Sends one admin request and prints the answer; throws `ExitCode(1)` on a refusal and
-        /// ``tryAgainLater`` when the API could not serve it then.
+        /// ``tryAgainLater`` when running it again is safe and may succeed.
         func call(_ method: HTTPMethod, _ path: String, body: [String: Any]? = nil) async throws {
             let (base, token) = try self.target()
             var request = HTTPClientRequest(url: base + "/admin/v1" + path)
@@ -78,14 +80,14 @@ struct Admin: AsyncParsableCommand {
                 // it blindly would create a second publisher, or rotate away credentials never seen.
                 let hint = method == .GET ? "" : "; if the request was sent, it may have been applied: list what it changes before running it again"
                 FileHandle.standardError.write(Data("tollgate-api admin: cannot reach \(base), or no answer: \(error)\(hint)\n".utf8))
-                throw Self.tryAgainLater
+                throw [.GET, .PATCH].contains(method) ? Self.tryAgainLater : ExitCode(1)
             }
             let data = Data(bytes.readableBytesView)
             let object = try? JSONSerialization.jsonObject(with: data)
             guard (200..<300).contains(response.status.code) else {
                 let message = (object as? [String: Any])?["message"] as? String ?? String(decoding: data, as: UTF8.self)
                 FileHandle.standardError.write(Data("tollgate-api admin: \(response.status.code): \(message)\n".utf8))
-                throw response.status.code == 429 || response.status.code >= 500 ? Self.tryAgainLater : ExitCode(1)
+                throw [429, 502, 503, 504].contains(response.status.code) ? Self.tryAgainLater : ExitCode(1)
             }
             if let object, let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]) {
                 print(String(decoding: pretty, as: UTF8.self))

@@ -118,6 +118,10 @@ struct AdminCLITests {
             let unreachable = try await Self.admin(system, ["queue", "--url", "http://127.0.0.1:\(closed)"], token: token)
             #expect(unreachable.status == 75, "\(unreachable.error)")
             #expect(unreachable.error.contains("cannot reach"))
+            // A create without an answer may have been applied: not to be run again blindly.
+            let unanswered = try await Self.admin(system, ["publishers", "create", "--name", "P", "--url", "http://127.0.0.1:\(closed)"], token: token)
+            #expect(unanswered.status == 1, "\(unanswered.error)")
+            #expect(unanswered.error.contains("it may have been applied"))
             try await StartupTests.withAPI(["TOLLGATE_REDIS_URL": "redis://127.0.0.1:\(closed)/0", "TOLLGATE_ADMIN_TOKEN": token]) { api in
                 let unavailable = try await Self.admin(system, ["queue", "--url", "http://127.0.0.1:\(try await api.port())"], token: token)
                 #expect(unavailable.status == 75, "\(unavailable.error)")

@@ -642,6 +642,9 @@ struct ReceiptQueueTests {
                 #expect(try await record(stalled, "granted") == .recorded)
             }
             #expect(try await harness.queue.record(jobId: job.jobId)?.status == .granted)
+            // A job whose status is gone (expired) counts, as before: no run is known to have counted it.
+            _ = try await harness.redis.send("DEL", harness.keys.job(job.jobId))
+            #expect(try await record(stalled, outcome) == .recorded)
         }
     }
 

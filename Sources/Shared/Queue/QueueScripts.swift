@@ -36,21 +36,22 @@ enum QueueScripts {
 
         """
 
-    /// Whether a copy of a job working on `entry` is stale: the job is not final and runs on another entry by
-    /// now (promoted, put back or requeued since). Jobs stored before they kept their entry count as current.
     /// Whether a final record is this run's (1) or the job was final already (-1), for the workers' counts: a job is
     /// counted once however many copies of it end. A run is its entry and the consumer holding it; the job's
     /// `finishedBy` names the run that made it final, so the same run's record sent again (its answer lost) is
-    /// still its own, and a peer that claimed the entry meanwhile is another run.
+    /// still its own, and a peer that claimed the entry meanwhile is another run. A job whose status is gone
+    /// (expired, deleted) counts, as before: no other run is known to have counted it.
     private static let finishedFunction = """
         local function finished(job, current, settled, run)
-          if current and not settled then return 1 end
-          if current and run and redis.call('HGET', job, 'finishedBy') == run then return 1 end
+          if not current or not settled then return 1 end
+          if run and redis.call('HGET', job, 'finishedBy') == run then return 1 end
           return -1
         end
 
         """
 
+    /// Whether a copy of a job working on `entry` is stale: the job is not final and runs on another entry by
+    /// now (promoted, put back or requeued since). Jobs stored before they kept their entry count as current.
     private static let staleFunction = """
         local function stale(job, status, entry)
           if not status or status == 'granted' or status == 'rejected' or status == 'failed' then return false end
