@@ -71,10 +71,11 @@ struct ReceiptToAccessTests {
         // A short claim idle time lets the survivor take over quickly even if the restarted worker had a new name.
         let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000", "TOLLGATE_WORKER_CONCURRENCY": "64"])
         do {
-            let worker = try await system.startWorker(name: "e2e-crash")
             let publisher = try await system.createPublisher(products: [Self.coins])
-            // 50 ms of Apple latency per receipt keeps the worker busy long enough to be killed mid-flight.
-            let jobs = try await Self.postBurst(system, publisher, count: 1000, latencyMs: 50)
+            // All 1000 queued before the worker starts, and 500 ms of Apple per receipt (64 at a time: about 8 s
+            // for the burst) keep it busy long enough to be killed mid-flight on a loaded machine.
+            let jobs = try await Self.postBurst(system, publisher, count: 1000, latencyMs: 500)
+            let worker = try await system.startWorker(name: "e2e-crash")
             _ = try await Poll.until(timeout: .seconds(120), "some grants before the kill") {
                 let granted = try await system.count("SELECT count(*) FROM wallet_entries")
                 return granted >= 100 ? granted : nil

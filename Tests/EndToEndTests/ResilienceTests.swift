@@ -144,14 +144,14 @@ struct ResilienceTests {
 
     @Test("a job slower than the claim idle time stays with the live worker running it: one attempt, never claimed by a peer")
     func slowJobKept() async throws {
-        // Entries are renewed every quarter of the idle time: a worker stalled for 1.5 s (a loaded machine)
+        // Entries are renewed every quarter of the idle time: a worker stalled for 3 s (a loaded machine)
         // still renews in time.
-        try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"]) { system in
+        try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "4000"]) { system in
             let first = try await system.startWorker(name: "e2e-slow-a")
             let second = try await system.startWorker(name: "e2e-slow-b")
             let publisher = try await system.createPublisher(products: [Self.coins])
-            // Apple takes 8 s per call: four claim idle times, during which the peer looks for idle entries.
-            let jobs = try await Self.submitCoins(system, publisher, count: 10, emailPrefix: "s", extra: ["latencyMs": 8000])
+            // Apple takes 12 s per call (inside its 15 s timeout): three claim idle times, during which the peer looks for idle entries.
+            let jobs = try await Self.submitCoins(system, publisher, count: 10, emailPrefix: "s", extra: ["latencyMs": 12000])
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(120))
             for job in jobs {
                 #expect(try await system.job(publisher, job)["attempts"] as? Int == 1, "job \(job) was started again by a peer")
@@ -214,7 +214,8 @@ struct ResilienceTests {
             }
             #expect(retrying["reason"] as? String == "apple_unavailable")
             let nextAttempt = try #require(retrying["nextAttemptAt"] as? Int)
-            #expect(nextAttempt >= Int(Date().timeIntervalSince1970) - 1)
+            // Read a moment after the poll saw it: promotion and the next read may lag on a loaded machine.
+            #expect(nextAttempt >= Int(Date().timeIntervalSince1970) - 10)
             #expect(nextAttempt <= Int(Date().timeIntervalSince1970) + 4, "the delay is capped at TOLLGATE_RETRY_MAX_DELAY_MS")
             #expect(try await system.count("SELECT count(*) FROM transactions") == 0)
 

@@ -1156,7 +1156,7 @@ struct GrantStoreTests {
                 let grant = Task { try await world.grants.grant(world.request("a@example.com", yearly, period, renewals: [period])) }
                 let deadline = ContinuousClock.now + .seconds(30)
                 while try await world.database.query(
-                    "SELECT count(*) AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO claims%'"
+                    "SELECT count(*) AS waiting FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO claims%'"
                 ).first?.decode(Int.self, "waiting") == 0 {
                     try #require(ContinuousClock.now < deadline, "the grant never waited for the claim")
                     try await Task.sleep(for: .milliseconds(20))

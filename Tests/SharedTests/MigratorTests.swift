@@ -118,7 +118,7 @@ struct MigratorTests {
             }
             _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "migration \(change.version) waiting for a lock") { () async throws -> Bool? in
                 let waiting = try await observer.query(
-                    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE starts_with(query, $1) AND wait_event_type = 'Lock'", [change.sql]
+                    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND starts_with(query, $1) AND wait_event_type = 'Lock'", [change.sql]
                 ).first?.decode(Int.self, "n")
                 return waiting == 1 ? true : nil
             }

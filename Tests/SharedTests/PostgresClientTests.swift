@@ -632,15 +632,16 @@ struct PostgresClientTests {
     /// sync point, so a pipeline may run for longer than one statement timeout before anything arrives.
     @Test("a pipeline whose statements each end within the statement timeout runs to its end, past one timeout and its grace")
     func pipelineLongerThanOneTimeout() async throws {
-        let client = try await Self.client(statementTimeout: "1s")
+        let client = try await Self.client(statementTimeout: "2s")
         try await TestEnvironment.using(client) {
-            // Ten statements of 0.7 s: 7 s in all, past the 1 s timeout and its 5 s grace taken once.
+            // Twenty statements of 0.5 s: 10 s in all, past the 2 s timeout and its 5 s grace taken once; each one
+            // 1.5 s inside the timeout, so a busy machine's scheduling cannot push one past it.
             let results = try await client.withConnection { session in
-                try await session.pipeline(Array(repeating: ("SELECT pg_sleep(0.7)", []), count: 10))
+                try await session.pipeline(Array(repeating: ("SELECT pg_sleep(0.5)", []), count: 20))
             }
-            #expect(results.count == 10)
+            #expect(results.count == 20)
             // One statement past the timeout is still cancelled by the server.
-            let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT pg_sleep(1.5)") }
+            let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT pg_sleep(3)") }
             #expect(error?.sqlState == "57014")
         }
     }
@@ -732,7 +733,7 @@ struct PostgresClientTests {
                     let slow = Task { try await session.query("SELECT pg_advisory_lock(424242) AS locked") }
                     _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(10), "the slow statement to wait") {
                         try await client.query(
-                            "SELECT 1 AS waiting FROM pg_stat_activity WHERE query = 'SELECT pg_advisory_lock(424242) AS locked' AND wait_event_type = 'Lock'"
+                            "SELECT 1 AS waiting FROM pg_stat_activity WHERE datname = current_database() AND query = 'SELECT pg_advisory_lock(424242) AS locked' AND wait_event_type = 'Lock'"
                         ).first != nil ? true : nil
                     }
                     let error = await #expect(throws: PostgresError.self) { try await session.query("SELECT 1") }

@@ -976,17 +976,17 @@ struct ReceiptQueueTests {
             try #require(held.count == 3)
             let (kept, claimed, acknowledged) = (held[0].entryId, held[1].entryId, held[2].entryId)
             try await harness.queue.acknowledge(held[2])
-            // Idle for a second: worker-b takes the second entry (a peer claimed it from a stalled worker-a).
-            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(50), "the entries to be idle for a second") { () async throws -> Bool? in
-                try await Self.pendingEntry(harness, kept).idle >= 1000 ? true : nil
+            // Idle for 3 s: worker-b takes the second entry (a peer claimed it from a stalled worker-a).
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(50), "the entries to be idle for 3 s") { () async throws -> Bool? in
+                try await Self.pendingEntry(harness, kept).idle >= 3000 ? true : nil
             }
-            let taken = try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 1000, cursor: claimed, count: 1)
+            let taken = try await harness.queue.autoclaim(consumer: "worker-b", minIdleMilliseconds: 3000, cursor: claimed, count: 1)
             #expect(taken.deliveries.map(\.entryId) == [claimed])
 
             #expect(try await harness.queue.keepHeld(consumer: "worker-a", entryIds: [kept, claimed, acknowledged]) == 1)
             let renewed = try await Self.pendingEntry(harness, kept)
             #expect(renewed.owner == "worker-a")
-            #expect(renewed.idle < 1000, "the idle time starts again (it was over 1,000 ms)")
+            #expect(renewed.idle < 3000, "the idle time starts again (it was over 3,000 ms)")
             #expect(renewed.deliveries == 1, "JUSTID: renewing is not a delivery")
             let other = try await Self.pendingEntry(harness, claimed)
             #expect(other.owner == "worker-b")

@@ -263,10 +263,13 @@ struct AppleRulesTests {
             let goodJob = try await harness.submit(email: "other@example.com", offerId: "PREMIUM", transactionId: other, receipt: good)
             let started = WallClock.nowMilliseconds()
             try await harness.work()
+            // Parked before this instant, however long the round took on a busy machine.
+            let parked = WallClock.nowMilliseconds()
             #expect(try await harness.record(goodJob).status == .granted)
             let first = try await harness.record(job)
             #expect(first.status == .retrying)
-            #expect((first.nextAttemptAtMilliseconds ?? .max) - started < 500, "one 21002 is asked again as soon as any failure")
+            let due = first.nextAttemptAtMilliseconds ?? .max
+            #expect(due >= started && due - parked < 500, "one 21002 is asked again as soon as any failure")
 
             let (second, asked) = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(5), "the second attempt") {
                 let asked = WallClock.nowMilliseconds()
