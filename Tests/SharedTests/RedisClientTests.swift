@@ -32,25 +32,6 @@ struct RedisClientTests {
         } while cursor != "0"
     }
 
-    /// A TCP port on 127.0.0.1 that nothing listens on (bound once by the kernel's choice, then released).
-    static func closedPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        try #require(fd >= 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        try #require(bound)
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     @Test("SET/GET round-trips binary-safe values: NUL, CR LF, every ASCII byte, multi-byte UTF-8")
     func binarySafeRoundTrip() async throws {
         try await Self.withClient { client, prefix in
@@ -205,7 +186,7 @@ struct RedisClientTests {
             try await client.send("SET", "k", "before")
             let firstId = try #require(try await client.send("CLIENT", "ID").int)
             // A replica of a primary that is not there: it keeps its data and refuses writes.
-            try await admin.send("REPLICAOF", "127.0.0.1", String(try Self.closedPort()))
+            try await admin.send("REPLICAOF", "127.0.0.1", String(try DedicatedRedis.closedPort()))
             let error = await #expect(throws: RedisError.self) { try await client.send("SET", "k", "during") }
             #expect(error?.isReadOnly == true)
             #expect(error?.isUnavailable == true)
@@ -371,7 +352,7 @@ struct RedisClientTests {
 
     @Test("connecting to a closed port is a connection error")
     func closedPort() async throws {
-        let port = try Self.closedPort()
+        let port = try DedicatedRedis.closedPort()
         let client = RedisClient(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(port)/0"), connections: 1)
         let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
         #expect(error?.code == .connection)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A Redis server of a test's own (the shared one must stay up for every other test), with AOF on, that
 /// the test can stop and start again on the same port and data: a real outage.
@@ -66,19 +67,29 @@ public final class DedicatedRedis: @unchecked Sendable {
 
     /// A free loopback port below the kernel's range for outgoing connections (as `tg_free_port` picks
     /// them): a server stopped and started again on it (an outage) finds it free, where a port of that
-    /// range may meanwhile be the local end of any test's connection. The kernel's choice when none is found.
+    /// range may meanwhile be the local end of any test's connection. Never the same one twice in a test run,
+    /// so a port one test holds while its server is down is not another test's. The kernel's choice when
+    /// none is found.
     public static func freePort() throws -> Int {
         let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
             .split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32768
         if range > 10_001 {
             for _ in 0..<200 {
                 let port = Int.random(in: 10_000..<range)
+                guard Self.handedOut.withLock({ $0.insert(port).inserted }) else { continue }
                 if try Self.bindable(port) != nil { return port }
             }
         }
         guard let port = try Self.bindable(0) else { throw ManagedProcess.Failure("bind() failed") }
         return port
     }
+
+    /// A loopback port nothing listens on, nor will during the test run: one ``freePort()`` handed out to no
+    /// one else, below the range the kernel picks from for a server bound to port 0.
+    public static func closedPort() throws -> Int { try Self.freePort() }
+
+    /// The ports ``freePort()`` has handed out in this test run.
+    private static let handedOut = Mutex<Set<Int>>([])
 
     /// The port a loopback socket bound to `port` got (the kernel's choice for 0), or `nil` when it is taken.
     private static func bindable(_ port: Int) throws -> Int? {

@@ -105,7 +105,7 @@ struct OperationsRouteTests {
 
     @Test("with Redis down: /health/ready is 503 with Retry-After and JSON; live stays 200")
     func readinessRedisDown() async throws {
-        let port = try APIHarness.closedPort()
+        let port = try DedicatedRedis.closedPort()
         try await APIHarness.withAPI(.init(redisURL: "redis://127.0.0.1:\(port)/0")) { api in
             let ready = try await api.send(.get, "/health/ready")
             #expect(ready.status == .serviceUnavailable)
@@ -122,7 +122,7 @@ struct OperationsRouteTests {
 
     @Test("with Redis down: POST /apple/payment and the reads that need Redis answer 503 with Retry-After, never 200")
     func paymentRedisDown() async throws {
-        let port = try APIHarness.closedPort()
+        let port = try DedicatedRedis.closedPort()
         try await APIHarness.withAPI(.init(redisURL: "redis://127.0.0.1:\(port)/0")) { api in
             // PostgreSQL is up, so the admin API still provisions a real publisher.
             let tenant = try await api.provisionTenant()
@@ -173,7 +173,7 @@ struct OperationsRouteTests {
 
     @Test("with PostgreSQL down: /health/ready is 503, and publisher and admin requests answer 503 with Retry-After")
     func postgresDown() async throws {
-        let port = try APIHarness.closedPort()
+        let port = try DedicatedRedis.closedPort()
         try await APIHarness.withAPI(.init(databaseURL: "postgres://tollgate@127.0.0.1:\(port)/tollgate")) { api in
             let ready = try await api.send(.get, "/health/ready")
             #expect(ready.status == .serviceUnavailable)

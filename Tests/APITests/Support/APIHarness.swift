@@ -107,30 +107,6 @@ enum APIHarness {
         _ = try? await admin.query("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
         await admin.shutdown()
     }
-
-    /// A TCP port on 127.0.0.1 that nothing listens on: bound, then closed again.
-    static func closedPort() throws -> Int {
-        #if canImport(Glibc)
-        let streamType = Int32(SOCK_STREAM.rawValue)
-        #else
-        let streamType = SOCK_STREAM
-        #endif
-        let descriptor = socket(AF_INET, streamType, 0)
-        guard descriptor >= 0 else { throw HarnessError("socket() failed") }
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-                bind(descriptor, socketAddress, length) == 0 && getsockname(descriptor, socketAddress, &length) == 0
-            }
-        }
-        guard bound else { throw HarnessError("bind() failed") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }
 
 /// A failure of the harness itself.
