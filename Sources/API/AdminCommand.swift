@@ -245,7 +245,7 @@ struct Admin: AsyncParsableCommand {
         }
 
         struct Disable: AsyncParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Refuse new receipts for a product (422 unknown offer).")
+            static let configuration = CommandConfiguration(abstract: "Refuse new receipts for a product (422 offer_disabled once no enabled product sells its offer).")
             @OptionGroup var connection: Connection
             @Argument(help: "The product id (UUID).") var id: String
             func run() async throws { try await self.connection.setEnabled(false, "/products", self.id) }
