@@ -170,6 +170,26 @@ struct ConfigurationTests {
     }
 
     @Test(
+        "an Apple URL that is not Apple's starts with a warning naming the variable, without the URL's credentials",
+        arguments: [
+            ("TOLLGATE_APPLE_PRODUCTION_URL", "http://127.0.0.1:9090/verifyReceipt", true),
+            ("TOLLGATE_APPLE_SANDBOX_URL", "https://user:s3cr3t@proxy.example.com/verifyReceipt", false),
+            ("TOLLGATE_APPLE_PRODUCTION_URL", "http://buy.itunes.apple.com/verifyReceipt", true),
+            ("TOLLGATE_APPLE_PRODUCTION_URL", "https://sandbox.itunes.apple.com/verifyReceipt", false),
+        ]
+    )
+    func appleURLNotApple(variable: String, value: String, clearText: Bool) throws {
+        let configuration = try Configuration(environment: [variable: value])
+        #expect(configuration.warnings.count == 1)
+        let warning = try #require(configuration.warnings.first)
+        #expect(warning.hasPrefix("\(variable) is not Apple's"))
+        #expect(!warning.contains("s3cr3t"))
+        #expect(warning.contains("clear text") == clearText)
+        #expect(try Configuration(environment: [:]).warnings.isEmpty)
+        #expect(try Configuration(environment: ["TOLLGATE_APPLE_PRODUCTION_URL": "https://BUY.itunes.apple.com/verifyReceipt"]).warnings.isEmpty)
+    }
+
+    @Test(
         "values the contract allows that are unusual still start",
         arguments: [
             ("TOLLGATE_RETRY_BASE_MS", "0"), ("TOLLGATE_RETRY_MAX_DELAY_MS", "0"), ("TOLLGATE_CLAIM_MIN_IDLE_MS", "1"),

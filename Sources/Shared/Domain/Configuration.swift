@@ -108,6 +108,19 @@ public struct Configuration: Sendable {
         self.adminToken = try reader.optionalSecret("TOLLGATE_ADMIN_TOKEN", recommendedLength: 16, warnings: &self.warnings)
         self.appleProductionURL = try reader.url("TOLLGATE_APPLE_PRODUCTION_URL", default: "https://buy.itunes.apple.com/verifyReceipt")
         self.appleSandboxURL = try reader.url("TOLLGATE_APPLE_SANDBOX_URL", default: "https://sandbox.itunes.apple.com/verifyReceipt")
+        // Whoever answers these decides every grant, and receives every receipt and app's shared secret: say so at start
+        // when it is not Apple (the emulator, a proxy, or a changed ConfigMap), so that it is seen in the logs.
+        for (name, url, host) in [
+            ("TOLLGATE_APPLE_PRODUCTION_URL", self.appleProductionURL, "buy.itunes.apple.com"),
+            ("TOLLGATE_APPLE_SANDBOX_URL", self.appleSandboxURL, "sandbox.itunes.apple.com"),
+        ] {
+            let components = URLComponents(string: url)
+            guard components?.scheme != "https" || components?.host?.lowercased() != host else { continue }
+            self.warnings.append(
+                "\(name) is not Apple's (\(EnvironmentReader.withoutCredentials(url))): that server decides every grant and receives "
+                    + "every receipt and shared secret\(components?.scheme == "https" ? "" : ", in clear text")"
+            )
+        }
         self.appleTimeoutMilliseconds = try reader.int("TOLLGATE_APPLE_TIMEOUT_MS", default: 15_000, range: 1...600_000)
         self.workerConcurrency = try reader.int("TOLLGATE_WORKER_CONCURRENCY", default: 256, range: 1...100_000)
         self.queuePrefix = try reader.string("TOLLGATE_QUEUE_PREFIX", default: "tollgate")
