@@ -380,6 +380,30 @@ struct RedisClientTests {
         }
     }
 
+    @Test(
+        "a stalled server fails a command a little past the reply timeout, however long the connection sat idle before it",
+        .timeLimit(.minutes(1))
+    )
+    func stalledAfterIdle() async throws {
+        let server = try await DedicatedRedis()
+        var configuration = try RedisConfiguration(url: server.url)
+        configuration.timeoutMilliseconds = 2000
+        let client = RedisClient(configuration: configuration, connections: 1)
+        try await TestEnvironment.using(client, server) {
+            #expect(await client.ping())
+            // Just over half the timeout since the last reply. The check used to run every half of the timeout,
+            // counted from the last read, so this command failed at one and a half times the timeout (2.9 s).
+            try await Task.sleep(for: .milliseconds(1100))
+            server.pause()
+            defer { server.resume() }
+            let sent = ContinuousClock.now
+            let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
+            let waited = ContinuousClock.now - sent
+            #expect(error?.message.contains("no reply within 2000 ms") == true, "\(String(describing: error))")
+            #expect(waited >= .milliseconds(1900) && waited < .milliseconds(2600), "failed after \(waited)")
+        }
+    }
+
     @Test("after shutdown, commands fail with .closed")
     func closedAfterShutdown() async throws {
         let client = try TestEnvironment.redis(connections: 1)

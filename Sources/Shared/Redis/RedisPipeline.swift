@@ -132,8 +132,10 @@ private final class Core: @unchecked Sendable {
             .channelOption(.socketOption(.so_keepalive), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // The idle check runs every tenth of the timeout, counted from the last read, so a command sent
+                    // just after one fails at most a tenth past its timeout (a half made that up to half).
                     try channel.pipeline.syncOperations.addHandlers(
-                        IdleStateHandler(readTimeout: .nanoseconds(timeout.nanoseconds / 2)),
+                        IdleStateHandler(readTimeout: .nanoseconds(timeout.nanoseconds / 10)),
                         RedisReplyHandler(timeout: timeout)
                     )
                 }
