@@ -249,7 +249,12 @@ public enum LoggingSetup {
     }
 
     /// Bootstraps swift-log once for the process with the configured format and level.
+    ///
+    /// It also ignores SIGPIPE for the process, before anything is written: a log reader that went away, or a Redis
+    /// connection reset under hiredis (which writes without `MSG_NOSIGNAL`), must fail that write with EPIPE, not
+    /// end the process. SwiftNIO does the same once it opens its first socket; this does not wait for that.
     public static func bootstrap(format: Configuration.LogFormat, level: Configuration.LogLevel) {
+        signal(SIGPIPE, SIG_IGN)
         let level = Logger.Level(rawValue: level.rawValue) ?? .info
         Self.text.store(format == .text, ordering: .relaxed)
         LoggingSystem.bootstrap { LineLogHandler(label: $0, level: level, format: format) }
