@@ -333,6 +333,37 @@ struct PostgresClientTests {
         }
     }
 
+    @Test(
+        "a server that opens no more connections (a connection limit reached) leaves the pool smaller: its callers wait for the connections it has",
+        .timeLimit(.minutes(1))
+    )
+    func connectionLimitReached() async throws {
+        let url = try await TestEnvironment.freshDatabase()
+        let name = try #require(URLComponents(string: url)?.path.dropFirst())
+        let admin = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1)
+        let client = PostgresClient(url: url, connections: 6)
+        let refused = PostgresClient(url: url, connections: 2)
+        try await TestEnvironment.using(admin, client, refused) {
+            // ALTER DATABASE takes no parameters; the name is the generated one, never input.
+            try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT 2")
+            let pids = try await withThrowingTaskGroup(of: Int.self) { group in
+                for _ in 0..<12 {
+                    group.addTask { try #require(try await client.query("SELECT pg_backend_pid() AS pid FROM pg_sleep(0.2)").first).decode(Int.self, "pid") }
+                }
+                var pids: [Int] = []
+                for try await pid in group { pids.append(pid) }
+                return pids
+            }
+            #expect(pids.count == 12)
+            #expect(Set(pids).count <= 2)
+            // With no connection of its own to wait for, a caller gets the server's refusal at once.
+            try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT 0")
+            let error = await #expect(throws: PostgresError.self) { try await refused.query("SELECT 1") }
+            #expect(error?.isUnavailable == true)
+            #expect(error?.message.contains("too many connections") == true, "\(String(describing: error))")
+        }
+    }
+
     @Test("a statement prepared before another process changed its result type runs again once re-prepared")
     func resultTypeChanged() async throws {
         let url = try await TestEnvironment.freshDatabase()

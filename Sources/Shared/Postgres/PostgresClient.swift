@@ -9,6 +9,10 @@ import Synchronization
 /// Connections open lazily, and a connection that broke is replaced when it is next leased (never within
 /// a lease), so the client recovers by itself when PostgreSQL comes back.
 ///
+/// A connection the server will not open while this client has others (its `max_connections`, or a role's or
+/// database's connection limit, reached) does not fail the caller: it waits for one of the others, and the client
+/// tries to open another at most every ``openPause``. The pool runs smaller rather than failing its callers.
+///
 /// Nothing waits for good: a caller that finds every connection busy for `acquireTimeout` gets an error
 /// (a 503 in the API), and each statement is bounded by the session's `statement_timeout` (see
 /// ``PostgresConnection``), so a stalled PostgreSQL (a lock held by an idle transaction, a stuck disk)
@@ -23,12 +27,18 @@ public final class PostgresClient: Sendable {
     private struct State {
         var idle: [PostgresSlot] = []
         var opened = 0
-        /// Oldest first; all wait as long, so their deadlines are in order too.
+        /// In order of their deadlines, which is the order they came in, except for a caller that waits again
+        /// after a connection could not be opened (it keeps the deadline it began with).
         var waiters: [Waiter] = []
         /// Whether a task fails the waiters that reach their deadline (one at most, only while any wait).
         var sweeping = false
         var closed = false
+        /// Until when no connection is opened while others are: the last one could not be.
+        var openPausedUntil: ContinuousClock.Instant?
     }
+
+    /// How long the client waits before opening another connection after one could not be opened.
+    static let openPause = Duration.seconds(1)
 
     private let url: String
     private let maxConnections: Int
@@ -59,7 +69,23 @@ public final class PostgresClient: Sendable {
 
     /// Leases one connection for the duration of `body`.
     public func withConnection<T>(_ body: (PostgresSession) async throws -> T) async throws -> T {
-        let slot = try await self.acquire()
+        let deadline = ContinuousClock.now + self.acquireTimeout
+        var (slot, isNew) = try await self.acquire(until: deadline)
+        if isNew {
+            do {
+                try await self.open(slot)
+            } catch {
+                // The server refuses another connection (too many) or is not reached. With others open, wait for
+                // one of them (opening is paused meanwhile): if the server is away, that one fails the call.
+                let othersOpen = self.state.withLock { state in
+                    state.opened -= 1
+                    state.openPausedUntil = .now + Self.openPause
+                    return state.opened > 0
+                }
+                guard othersOpen, ContinuousClock.now < deadline else { throw error }
+                (slot, _) = try await self.acquire(until: deadline)
+            }
+        }
         slot.leased = true
         let result: Result<T, any Error>
         do {
@@ -118,21 +144,40 @@ public final class PostgresClient: Sendable {
         try? await self.threadPool.shutdownGracefully()
     }
 
-    private func acquire() async throws -> PostgresSlot {
-        try await withCheckedThrowingContinuation { continuation in
+    /// A free slot, and whether it is new (no connection opened yet); waits for one until `deadline`.
+    private func acquire(until deadline: ContinuousClock.Instant) async throws -> (PostgresSlot, isNew: Bool) {
+        var isNew = false
+        let slot = try await withCheckedThrowingContinuation { continuation in
             let (leased, sweep) = self.state.withLock { state -> (Result<PostgresSlot, PostgresError>?, Bool) in
                 if state.closed { return (.failure(PostgresError(.closed, "the PostgreSQL client is shut down")), false) }
                 if let slot = state.idle.popLast() { return (.success(slot), false) }
-                if state.opened < self.maxConnections {
+                if state.opened < self.maxConnections, state.opened == 0 || state.openPausedUntil.map({ $0 <= .now }) ?? true {
                     state.opened += 1
+                    isNew = true
                     return (.success(PostgresSlot()), false)
                 }
-                state.waiters.append(Waiter(deadline: .now + self.acquireTimeout, continuation: continuation))
+                // In deadline order: a caller waiting again after a connection could not be opened keeps its first deadline.
+                let index = state.waiters.lastIndex { $0.deadline <= deadline }.map { $0 + 1 } ?? 0
+                state.waiters.insert(Waiter(deadline: deadline, continuation: continuation), at: index)
                 defer { state.sweeping = true }
                 return (nil, !state.sweeping)
             }
             if let leased { continuation.resume(with: leased) }
             if sweep { self.sweepWaiters() }
+        }
+        return (slot, isNew)
+    }
+
+    /// Opens a new slot's connection on the client's threads.
+    private func open(_ slot: PostgresSlot) async throws {
+        let url = self.url
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            self.threadPool.submit { state in
+                guard case .active = state else {
+                    return continuation.resume(throwing: PostgresError(.closed, "the PostgreSQL client is shut down"))
+                }
+                continuation.resume(with: Result { slot.connection = try PostgresConnection(url: url) })
+            }
         }
     }
 
