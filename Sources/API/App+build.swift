@@ -62,11 +62,7 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
         onServerRunning: { channel in
             let port = channel.localAddress?.port ?? configuration.httpPort
             logger.info("listening", metadata: ["host": "\(configuration.httpHost)", "port": "\(port)"])
-            if let portFile {
-                do { try PortFile.write(port, to: portFile) } catch {
-                    logger.error("cannot write the port file", metadata: ["path": "\(portFile)"])
-                }
-            }
+            if let portFile { PortFile.publish(port, to: portFile, logger: logger) }
         },
         logger: logger
     )

@@ -57,7 +57,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
         onServerRunning: { channel in
             let port = channel.localAddress?.port ?? configuration.metricsPort
             logger.info("serving metrics and health", metadata: ["port": "\(port)"])
-            if let portFile { try? PortFile.write(port, to: portFile) }
+            if let portFile { PortFile.publish(port, to: portFile, logger: logger) }
         },
         logger: logger
     )

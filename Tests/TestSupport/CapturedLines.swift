@@ -16,7 +16,11 @@ public struct CapturedLines: LogHandler {
 
     public func log(event: LogEvent) {
         self.messages.lines.withLock { $0.append(event.message.description) }
+        self.messages.metadata.withLock { $0.append(event.metadata ?? [:]) }
     }
+
+    /// The metadata of every message so far, in order (what the call gave, not the handler's own).
+    public var metadataOfLines: [Logger.Metadata] { self.messages.metadata.withLock { $0 } }
 
     /// How many messages were exactly `message`.
     public func count(_ message: String) -> Int { self.messages.lines.withLock { $0.filter { $0 == message }.count } }
@@ -26,5 +30,6 @@ public struct CapturedLines: LogHandler {
 
     private final class SharedMessages: Sendable {
         let lines = Mutex<[String]>([])
+        let metadata = Mutex<[Logger.Metadata]>([])
     }
 }
