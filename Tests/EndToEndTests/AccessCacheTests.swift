@@ -106,6 +106,12 @@ struct AccessCacheSystemTests {
             try await system.startWorker(name: "uncached-worker")
             _ = try await system.waitForAccess(publisher, email: email, offerId: "S100_US")
             #expect(try await Self.status(system, publisher, email, "S100_US", base: system.apiBase)["accessGranted"] as? Bool == true)
+            // A change made in PostgreSQL alone, announced to no one, shows in the very next poll: it read
+            // PostgreSQL. (With the cache on, the answer above would be served for up to its lifetime.)
+            try await system.database.query("UPDATE entitlements SET revoked_at = now() WHERE customer_email = $1", [email])
+            #expect(try await Self.status(system, publisher, email, "S100_US", base: system.apiBase)["accessGranted"] as? Bool == false)
+            try await system.database.query("UPDATE entitlements SET revoked_at = NULL WHERE customer_email = $1", [email])
+            #expect(try await Self.status(system, publisher, email, "S100_US", base: system.apiBase)["accessGranted"] as? Bool == true)
             #expect(try await Self.cacheCount(system, "hit", base: system.apiBase) == 0)
             #expect(system.api.isRunning, "\(system.api.logTail())")
         } catch {

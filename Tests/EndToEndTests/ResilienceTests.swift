@@ -198,7 +198,7 @@ struct ResilienceTests {
         }
     }
 
-    @Test("with Apple down, jobs show retrying with growing delays, and all are granted once it is back")
+    @Test("with Apple down, jobs show retrying (apple_unavailable, a next attempt within the delay cap), and all are granted once it is back")
     func appleOutage() async throws {
         try await Self.with(["TOLLGATE_RETRY_BASE_MS": "200", "TOLLGATE_RETRY_MAX_DELAY_MS": "3000", "TOLLGATE_APPLE_TIMEOUT_MS": "1000"]) { system in
             try await system.startWorker(name: "e2e-outage")

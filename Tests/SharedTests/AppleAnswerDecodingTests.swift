@@ -89,7 +89,8 @@ struct AppleAnswerDecodingTests {
         let transactions = try #require(answer.receipt?.inApp)
         try #require(transactions.count == 3)
         #expect(transactions[0].isCancelled)
-        #expect(transactions[0].cancellationDateMilliseconds != nil)
+        // Its exact time is unknown: the revocation takes effect from the purchase.
+        #expect(transactions[0].cancellationDateMilliseconds == 1_700_000_000_000)
         #expect(!transactions[1].isCancelled)
         // A null is no cancellation, as a null is "absent" for every other field.
         #expect(!transactions[2].isCancelled)

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import Testing
 import TestSupport
 
@@ -235,7 +236,15 @@ struct LogOutputTests {
             let output = LogOutput(descriptor: writer, flushInterval: .seconds(3600))
             // More than the pipe's buffer, held; nobody reads.
             output.write(Array(repeating: UInt8(ascii: "x"), count: 1 << 20), immediately: false)
-            try await Self.onThread("the exit flush gave up") { output.flushAtExit() }
+            let held = Mutex<Duration?>(nil)
+            try await Self.onThread("the exit flush gave up") {
+                let started = ContinuousClock.now
+                output.flushAtExit()
+                held.withLock { $0 = ContinuousClock.now - started }
+            }
+            // The limit is 2 s; what is past it is a loaded machine's room, well short of twice the limit.
+            let waited = try #require(held.withLock { $0 })
+            #expect(waited >= .milliseconds(1900) && waited < .seconds(4), "the exit flush held the process \(waited)")
             // Let the writing thread finish before the pipe closes.
             var received: [UInt8] = []
             _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(1), "the held line drained") { () -> Bool? in

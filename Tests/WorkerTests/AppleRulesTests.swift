@@ -541,24 +541,34 @@ struct AppleRulesTests {
         }
     }
 
-    @Test("when PostgreSQL cannot tell whether an earlier attempt granted, the attempt is retried as an outage, not run against Apple")
+    @Test("when PostgreSQL cannot tell whether an earlier attempt granted, the attempt is parked as an outage, not run against Apple")
     func committedLookupFails() async throws {
         try await WorkerHarness.with { harness in
-            let (transaction, jobId) = try await Self.submitPremium(harness)
-            let job = ReceiptJob(
-                jobId: jobId, publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "PREMIUM", transactionId: transaction,
-                receiptData: "e30=", appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds()
-            )
+            let (_, jobId) = try await Self.submitPremium(harness)
+            // Attempt 1 started, and its worker died before it recorded anything.
+            let delivery = try #require(try await harness.queue.readNew(consumer: "dead", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
+            guard case .ready(_, 1, _, false) = try await harness.queue.start(delivery, now: WallClock.nowMilliseconds(), maxStarts: 10) else {
+                throw ManagedProcess.Failure("attempt 1 did not start")
+            }
+            let asked = try await harness.emulatorStats()
+            // A peer whose PostgreSQL is away (here, its database) claims the entry: attempt 2 must look for
+            // attempt 1's grant first, and cannot.
             let missing = try Self.missingDatabase()
             try await TestEnvironment.using(missing) {
-                let fulfiller = Fulfiller(catalog: harness.catalog, grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple)
-                let outcome = await fulfiller.committed(job, logger: Logger(label: "test.worker"))
-                // PostgreSQL away (here, its database): an outage, which spends no attempt.
-                guard case .outage = outcome else {
-                    Issue.record("expected an outage, got \(String(describing: outcome))")
-                    return
-                }
+                let away = JobProcessor(
+                    queue: harness.queue,
+                    fulfiller: Fulfiller(catalog: harness.catalog, grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple),
+                    retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60), logger: Logger(label: "test.worker")
+                )
+                let claimed = try await harness.queue.autoclaim(consumer: "peer", minIdleMilliseconds: 0, cursor: "0-0", count: 1).deliveries
+                #expect(claimed.map(\.jobId) == [jobId])
+                for delivery in claimed { await away.process(delivery) }
             }
+            let record = try await harness.record(jobId)
+            #expect(record.status == .retrying, "\(record)")
+            #expect(record.reason == "internal", "\(record)")
+            #expect(try await harness.emulatorStats() == asked, "Apple was asked while PostgreSQL could not tell whether the job was granted")
+            try await harness.expectNothingGranted()
         }
     }
 

@@ -58,9 +58,17 @@ struct DatabaseWatchTests {
         watch.note(outage)  // the trial job found it away again: the next probe waits 30 s (the cap)
 
         let stopping = Atomic<Bool>(false)
+        let asked = Atomic<Int>(0)
         let started = ContinuousClock.now
-        async let back = watch.untilBack(database, interval: .seconds(120), logger: logger, stopping: { stopping.load(ordering: .relaxed) })
-        try await Task.sleep(for: .milliseconds(200))
+        async let back = watch.untilBack(database, interval: .seconds(120), logger: logger) {
+            asked.add(1, ordering: .relaxed)
+            return stopping.load(ordering: .relaxed)
+        }
+        // Asked three times: before the loop, as the pause began, and 100 ms into it. Only then is the stop
+        // one that comes during the pause.
+        _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(10), "the pause began") {
+            asked.load(ordering: .relaxed) >= 3 ? true : nil
+        }
         stopping.store(true, ordering: .relaxed)
         #expect(await back == false)
         #expect(ContinuousClock.now - started < .seconds(15), "the pause was 30 s")
