@@ -309,7 +309,7 @@ def report(args):
     add("| memory | %s |" % r.get("memory", "?"))
     add("| kernel | %s |" % r.get("kernel", "?"))
     add("| OS | %s |" % r.get("os", "?"))
-    add("| toolchain | %s; `swift build -c release` |" % r.get("swift", "?"))
+    add("| toolchain | %s; %s |" % (r.get("swift", "?"), r.get("build", "`swift build -c release`")))
     add("| servers | PostgreSQL %s (fsync on, synchronous_commit on); Redis %s (`appendonly yes`, `appendfsync everysec`, as in production) |" % (
         r.get("postgres_version", "?"), r.get("redis_version", "?")))
     add("| load tools | %s; %s; %s; `ops/lib/bench_post.c` (%s, epoll, keep-alive HTTP/1.1) |" % (
@@ -387,10 +387,12 @@ def report(args):
                 n, "" if n == 1 else "s", fmt(number(r, "drain%s.backlog" % key)), fmt(apple_ms), fmt(number(r, "drain%s.rate" % key)),
                 fmt(number(r, "drain%s.rate_from_start" % key)), fmt(number(r, "drain%s.granted" % key)),
                 fmt(number(r, "drain%s.seconds" % key), 1), fmt(ratio(number(r, "drain%s.rate" % key), number(r, "ref_pg.tps")), 2)))
-        add("| accepted → granted, %d worker%s, open-loop load at %s receipts/s (half the rate above) for %s s | "
+        add("| accepted → granted, %d worker%s, open-loop load at %s receipts/s (half the rate above) for %s s; sent at %s/s, "
+            "send lag p99 %s ms | "
             "p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (%s jobs, %s); as seen by the client from its 200: p50 %s ms, p99 %s ms | "
             "p50 − Apple latency = %s ms |" % (
                 n, "" if n == 1 else "s", fmt(number(r, "latency%s_load.target_rps" % key)), fmt(number(r, "latency_seconds")),
+                fmt(number(r, "latency%s_load.achieved_rps" % key)), fmt(number(r, "latency%s_load.send_lag_p99_ms" % key), 1),
                 fmt(number(r, "latency%s.api_p50_ms" % key)), fmt(number(r, "latency%s.api_p90_ms" % key)),
                 fmt(number(r, "latency%s.api_p99_ms" % key)), fmt(number(r, "latency%s.api_max_ms" % key)),
                 fmt(number(r, "latency%s.jobs" % key)), r.get("latency%s.statuses" % key, "?"),
@@ -444,7 +446,12 @@ def report(args):
         "does not count the requests still in flight when it stops)." % (
             r.get("wrk_seconds", "?"), r.get("warmup_seconds", "?")))
     add("- **Accept** runs with no worker, so the figure is the API and Redis alone; the jobs it creates are then "
-        "deleted from Redis (`FLUSHDB`) so that they do not become the fulfilment backlog.")
+        "deleted from Redis (`FLUSHDB`) so that they do not become the fulfilment backlog. The per-publisher rate limit "
+        "is off (`TOLLGATE_RATE_LIMIT_PER_S=0`), as one publisher posts everything here: with the default (1,000/s) "
+        "the rest would be 429, and each accepted or access-status request would also run the limiter's Redis script.")
+    add("- **Access status** polls each customer far more often than an app does (about twice a second against every "
+        "5 s), and its warm-up asks nearly every customer once: the measured phase is almost all access-cache hits, "
+        "counted in its row.")
     add("- **Fulfilment**: with the workers stopped, %s receipts (distinct customers) are posted; the emulator's latency "
         "is set to %s ms through `POST /emulator/config`; the worker(s) start; the rate is the number of ledger rows "
         "(`transactions`) that reached `fulfilled` divided by the time between the first and the last `fulfilled_at` "
