@@ -344,9 +344,26 @@ struct PostgresClientTests {
         let client = PostgresClient(url: url, connections: 6)
         let refused = PostgresClient(url: url, connections: 2)
         try await TestEnvironment.using(admin, client, refused) {
+            let superuser = try #require(try await admin.query("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").first).decode(Bool.self, "rolsuper")
+            try #require(!superuser, "a connection limit does not apply to a superuser: run the tests as an ordinary role (ops/test does)")
             // ALTER DATABASE takes no parameters; the name is the generated one, never input.
             try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT 2")
             let pids = try await withThrowingTaskGroup(of: Int.self) { group in
+                // The two connections the limit allows, opened one after the other (PostgreSQL counts sessions
+                // that start together approximately, and may refuse them all), each held a moment.
+                for _ in 0..<2 {
+                    let opened = AsyncStream<Void>.makeStream()
+                    group.addTask {
+                        try await client.withConnection { session in
+                            let pid = try #require(try await session.query("SELECT pg_backend_pid() AS pid").first).decode(Int.self, "pid")
+                            opened.continuation.yield()
+                            try await session.query("SELECT pg_sleep(0.3)")
+                            return pid
+                        }
+                    }
+                    for await _ in opened.stream { break }
+                }
+                // Then more callers than the pool holds: every connection they would open is refused.
                 for _ in 0..<12 {
                     group.addTask { try #require(try await client.query("SELECT pg_backend_pid() AS pid FROM pg_sleep(0.2)").first).decode(Int.self, "pid") }
                 }
@@ -354,13 +371,67 @@ struct PostgresClientTests {
                 for try await pid in group { pids.append(pid) }
                 return pids
             }
-            #expect(pids.count == 12)
-            #expect(Set(pids).count <= 2)
-            // With no connection of its own to wait for, a caller gets the server's refusal at once.
+            #expect(pids.count == 14)
+            #expect(Set(pids).count == 2)
+            // With no connection of its own to wait for, every caller gets the server's refusal at once, those
+            // that queued behind the pool's two attempts too (not "no connection came free" at the acquire timeout).
             try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT 0")
-            let error = await #expect(throws: PostgresError.self) { try await refused.query("SELECT 1") }
-            #expect(error?.isUnavailable == true)
-            #expect(error?.message.contains("too many connections") == true, "\(String(describing: error))")
+            let started = ContinuousClock.now
+            let errors = await withTaskGroup(of: PostgresError?.self) { group in
+                for _ in 0..<6 {
+                    group.addTask {
+                        do {
+                            _ = try await refused.query("SELECT 1")
+                            return nil
+                        } catch {
+                            return error as? PostgresError
+                        }
+                    }
+                }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(errors.count == 6)
+            #expect(errors.allSatisfy { $0?.isUnavailable == true && $0?.message.contains("too many connections") == true }, "\(errors)")
+            #expect(ContinuousClock.now - started < .seconds(8), "they waited for the acquire timeout (10 s)")
+        }
+    }
+
+    @Test(
+        "callers waiting after a refused connection open new ones once the server takes them again, not only when a busy one comes free",
+        .timeLimit(.minutes(1))
+    )
+    func refusedThenAdmitted() async throws {
+        let url = try await TestEnvironment.freshDatabase()
+        let name = try #require(URLComponents(string: url)?.path.dropFirst())
+        let admin = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1)
+        let client = PostgresClient(url: url, connections: 4)
+        try await TestEnvironment.using(admin, client) {
+            let superuser = try #require(try await admin.query("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").first).decode(Bool.self, "rolsuper")
+            try #require(!superuser, "a connection limit does not apply to a superuser: run the tests as an ordinary role (ops/test does)")
+            // ALTER DATABASE takes no parameters; the name is the generated one, never input.
+            try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT 1")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                // The one connection allowed, busy for 6 s.
+                let holding = AsyncStream<Void>.makeStream()
+                group.addTask {
+                    try await client.withConnection { session in
+                        try await session.query("SELECT 1")
+                        holding.continuation.yield()
+                        try await session.query("SELECT pg_sleep(6)")
+                    }
+                }
+                for await _ in holding.stream { break }
+                // A caller whose connection is refused waits; meanwhile the server takes more again.
+                let asked = ContinuousClock.now
+                group.addTask {
+                    try await client.query("SELECT 1")
+                    let waited = ContinuousClock.now - asked
+                    #expect(waited < .seconds(4), "served only when the busy connection came free, after \(waited)")
+                }
+                try await Task.sleep(for: .milliseconds(300))
+                try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT -1")
+                try await group.waitForAll()
+            }
         }
     }
 

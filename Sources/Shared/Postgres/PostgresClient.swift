@@ -19,22 +19,37 @@ import Synchronization
 /// is reported instead of holding requests and health checks. A server that does not answer even then
 /// (a stopped backend) loses the connection ``PostgresConnection/answerGrace`` later.
 public final class PostgresClient: Sendable {
+    /// A slot for a caller: one that is free, or a new one whose connection the caller opens (`isNew`).
+    private typealias Lease = (slot: PostgresSlot, isNew: Bool)
+
     private struct Waiter {
         let deadline: ContinuousClock.Instant
-        let continuation: CheckedContinuation<PostgresSlot, any Error>
+        let continuation: CheckedContinuation<Lease, any Error>
     }
 
     private struct State {
         var idle: [PostgresSlot] = []
+        /// Slots made, those whose first connection is being opened included.
         var opened = 0
         /// In order of their deadlines, which is the order they came in, except for a caller that waits again
         /// after a connection could not be opened (it keeps the deadline it began with).
         var waiters: [Waiter] = []
-        /// Whether a task fails the waiters that reach their deadline (one at most, only while any wait).
+        /// Whether a task serves the waiters (deadlines, the end of a pause); one at most, only while any wait.
         var sweeping = false
         var closed = false
         /// Until when no connection is opened while others are: the last one could not be.
         var openPausedUntil: ContinuousClock.Instant?
+
+        /// Whether a connection may be opened now: below the size, and not paused after a refusal while the
+        /// pool has others (with none, nothing else could serve the caller).
+        func mayOpen(below size: Int, now: ContinuousClock.Instant) -> Bool {
+            self.opened < size && (self.opened == 0 || self.openPausedUntil.map { $0 <= now } ?? true)
+        }
+
+        mutating func newSlot() -> Lease {
+            self.opened += 1
+            return (PostgresSlot(), true)
+        }
     }
 
     /// How long the client waits before opening another connection after one could not be opened.
@@ -71,19 +86,14 @@ public final class PostgresClient: Sendable {
     public func withConnection<T>(_ body: (PostgresSession) async throws -> T) async throws -> T {
         let deadline = ContinuousClock.now + self.acquireTimeout
         var (slot, isNew) = try await self.acquire(until: deadline)
-        if isNew {
+        while isNew {
             do {
                 try await self.open(slot)
+                isNew = false
             } catch {
-                // The server refuses another connection (too many) or is not reached. With others open, wait for
-                // one of them (opening is paused meanwhile): if the server is away, that one fails the call.
-                let othersOpen = self.state.withLock { state in
-                    state.opened -= 1
-                    state.openPausedUntil = .now + Self.openPause
-                    return state.opened > 0
-                }
-                guard othersOpen, ContinuousClock.now < deadline else { throw error }
-                (slot, _) = try await self.acquire(until: deadline)
+                // The server refuses another connection (too many) or is not reached: wait for another slot.
+                guard self.openFailed(error), ContinuousClock.now < deadline else { throw error }
+                (slot, isNew) = try await self.acquire(until: deadline)
             }
         }
         slot.leased = true
@@ -144,18 +154,13 @@ public final class PostgresClient: Sendable {
         try? await self.threadPool.shutdownGracefully()
     }
 
-    /// A free slot, and whether it is new (no connection opened yet); waits for one until `deadline`.
-    private func acquire(until deadline: ContinuousClock.Instant) async throws -> (PostgresSlot, isNew: Bool) {
-        var isNew = false
-        let slot = try await withCheckedThrowingContinuation { continuation in
-            let (leased, sweep) = self.state.withLock { state -> (Result<PostgresSlot, PostgresError>?, Bool) in
+    /// A free slot, or a new one to open; waits for one until `deadline`.
+    private func acquire(until deadline: ContinuousClock.Instant) async throws -> Lease {
+        try await withCheckedThrowingContinuation { continuation in
+            let (leased, sweep) = self.state.withLock { state -> (Result<Lease, PostgresError>?, Bool) in
                 if state.closed { return (.failure(PostgresError(.closed, "the PostgreSQL client is shut down")), false) }
-                if let slot = state.idle.popLast() { return (.success(slot), false) }
-                if state.opened < self.maxConnections, state.opened == 0 || state.openPausedUntil.map({ $0 <= .now }) ?? true {
-                    state.opened += 1
-                    isNew = true
-                    return (.success(PostgresSlot()), false)
-                }
+                if let slot = state.idle.popLast() { return (.success((slot, false)), false) }
+                if state.mayOpen(below: self.maxConnections, now: .now) { return (.success(state.newSlot()), false) }
                 // In deadline order: a caller waiting again after a connection could not be opened keeps its first deadline.
                 let index = state.waiters.lastIndex { $0.deadline <= deadline }.map { $0 + 1 } ?? 0
                 state.waiters.insert(Waiter(deadline: deadline, continuation: continuation), at: index)
@@ -165,7 +170,25 @@ public final class PostgresClient: Sendable {
             if let leased { continuation.resume(with: leased) }
             if sweep { self.sweepWaiters() }
         }
-        return (slot, isNew)
+    }
+
+    /// Books a new slot whose connection could not be opened, and says whether its caller may wait for another.
+    /// With other slots (open, or being opened) it may, and opening pauses: the server is full, or away, and a
+    /// slot of those fails the call then. With none, nothing would serve the caller, or any caller waiting: each
+    /// gets the error now.
+    private func openFailed(_ error: any Error) -> Bool {
+        let (others, stranded) = self.state.withLock { state -> (Bool, [Waiter]) in
+            state.opened -= 1
+            if state.opened > 0 {
+                state.openPausedUntil = .now + Self.openPause
+                return (true, [])
+            }
+            state.openPausedUntil = nil
+            defer { state.waiters.removeAll() }
+            return (false, state.waiters)
+        }
+        for waiter in stranded { waiter.continuation.resume(throwing: error) }
+        return others
     }
 
     /// Opens a new slot's connection on the client's threads.
@@ -181,26 +204,35 @@ public final class PostgresClient: Sendable {
         }
     }
 
-    /// Fails the waiters still waiting at their deadline, sleeping until the oldest one's; ends when none
-    /// is left. One such task per client at most, and only while callers find every connection busy.
+    /// Fails the waiters still waiting at their deadline, and once a pause in opening ends lets the first waiter
+    /// open a connection (one per wake); wakes at the first deadline, and at least every 250 ms (a caller waiting
+    /// again may come first with an earlier deadline). Ends when none is left. One such task per client at most,
+    /// and only while callers find every connection busy.
     private func sweepWaiters() {
         Task {
-            while let deadline = self.state.withLock({ state -> ContinuousClock.Instant? in
-                if state.waiters.isEmpty { state.sweeping = false }
-                return state.waiters.first?.deadline
+            while let wake = self.state.withLock({ state -> ContinuousClock.Instant? in
+                guard let first = state.waiters.first else {
+                    state.sweeping = false
+                    return nil
+                }
+                return min(first.deadline, .now + .milliseconds(250))
             }) {
-                try? await Task.sleep(until: deadline, clock: .continuous)
-                let expired = self.state.withLock { state -> ArraySlice<Waiter> in
+                try? await Task.sleep(until: wake, clock: .continuous)
+                let (expired, opener) = self.state.withLock { state -> ([Waiter], (Waiter, Lease)?) in
                     let now = ContinuousClock.now
                     let count = state.waiters.prefix { $0.deadline <= now }.count
-                    defer { state.waiters.removeFirst(count) }
-                    return state.waiters.prefix(count)
+                    let expired = Array(state.waiters.prefix(count))
+                    state.waiters.removeFirst(count)
+                    guard !state.waiters.isEmpty, state.mayOpen(below: self.maxConnections, now: now) else { return (expired, nil) }
+                    let lease = state.newSlot()
+                    return (expired, (state.waiters.removeFirst(), lease))
                 }
                 for waiter in expired {
                     waiter.continuation.resume(
                         throwing: PostgresError(.connection, "no PostgreSQL connection came free within \(self.acquireTimeout): every one is busy")
                     )
                 }
+                if let (waiter, lease) = opener { waiter.continuation.resume(returning: lease) }
             }
         }
     }
@@ -213,7 +245,7 @@ public final class PostgresClient: Sendable {
             }
             return (state.waiters.removeFirst(), false)
         }
-        waiter?.continuation.resume(returning: slot)
+        waiter?.continuation.resume(returning: (slot, false))
         if closed {
             // Returned after shutdown: closed on the client's threads while they still run; else (they
             // stopped, or cancelled this before it ran) it closes when the client is freed.
