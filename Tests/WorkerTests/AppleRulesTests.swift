@@ -567,6 +567,7 @@ struct AppleRulesTests {
             let record = try await harness.record(jobId)
             #expect(record.status == .retrying, "\(record)")
             #expect(record.reason == "internal", "\(record)")
+            #expect(record.attempts == 1, "an outage gives the attempt back: \(record)")
             #expect(try await harness.emulatorStats() == asked, "Apple was asked while PostgreSQL could not tell whether the job was granted")
             try await harness.expectNothingGranted()
         }
