@@ -387,12 +387,12 @@ def report(args):
                 n, "" if n == 1 else "s", fmt(number(r, "drain%s.backlog" % key)), fmt(apple_ms), fmt(number(r, "drain%s.rate" % key)),
                 fmt(number(r, "drain%s.rate_from_start" % key)), fmt(number(r, "drain%s.granted" % key)),
                 fmt(number(r, "drain%s.seconds" % key), 1), fmt(ratio(number(r, "drain%s.rate" % key), number(r, "ref_pg.tps")), 2)))
-        add("| accepted → granted, %d worker%s, open-loop load at %s receipts/s (half the rate above) for %s s; sent at %s/s, "
-            "send lag p99 %s ms | "
+        add("| accepted → granted, %d worker%s, open-loop load at %s receipts/s (half the rate above) for %s s (send lag p99 %s ms; "
+            "answered at %s/s) | "
             "p50 %s ms, p90 %s ms, p99 %s ms, max %s ms (%s jobs, %s); as seen by the client from its 200: p50 %s ms, p99 %s ms | "
             "p50 − Apple latency = %s ms |" % (
                 n, "" if n == 1 else "s", fmt(number(r, "latency%s_load.target_rps" % key)), fmt(number(r, "latency_seconds")),
-                fmt(number(r, "latency%s_load.achieved_rps" % key)), fmt(number(r, "latency%s_load.send_lag_p99_ms" % key), 1),
+                fmt(number(r, "latency%s_load.send_lag_p99_ms" % key), 1), fmt(number(r, "latency%s_load.achieved_rps" % key)),
                 fmt(number(r, "latency%s.api_p50_ms" % key)), fmt(number(r, "latency%s.api_p90_ms" % key)),
                 fmt(number(r, "latency%s.api_p99_ms" % key)), fmt(number(r, "latency%s.api_max_ms" % key)),
                 fmt(number(r, "latency%s.jobs" % key)), r.get("latency%s.statuses" % key, "?"),
