@@ -333,6 +333,14 @@ struct PostgresClientTests {
         }
     }
 
+    /// Sets the connection limit of the test's own database (-1: none). A superuser is exempt from it.
+    static func limitConnections(of database: Substring, to limit: Int, admin: PostgresClient) async throws {
+        let superuser = try #require(try await admin.query("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").first).decode(Bool.self, "rolsuper")
+        try #require(!superuser, "a connection limit does not apply to a superuser: run the tests as an ordinary role (ops/test does)")
+        // ALTER DATABASE takes no parameters; the name is the generated one, never input.
+        try await admin.query("ALTER DATABASE \(database) CONNECTION LIMIT \(limit)")
+    }
+
     @Test(
         "a server that opens no more connections (a connection limit reached) leaves the pool smaller: its callers wait for the connections it has",
         .timeLimit(.minutes(1))
@@ -344,10 +352,7 @@ struct PostgresClientTests {
         let client = PostgresClient(url: url, connections: 6)
         let refused = PostgresClient(url: url, connections: 2)
         try await TestEnvironment.using(admin, client, refused) {
-            let superuser = try #require(try await admin.query("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").first).decode(Bool.self, "rolsuper")
-            try #require(!superuser, "a connection limit does not apply to a superuser: run the tests as an ordinary role (ops/test does)")
-            // ALTER DATABASE takes no parameters; the name is the generated one, never input.
-            try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT 2")
+            try await Self.limitConnections(of: name, to: 2, admin: admin)
             let pids = try await withThrowingTaskGroup(of: Int.self) { group in
                 // The two connections the limit allows, opened one after the other (PostgreSQL counts sessions
                 // that start together approximately, and may refuse them all), each held a moment.
@@ -375,7 +380,7 @@ struct PostgresClientTests {
             #expect(Set(pids).count == 2)
             // With no connection of its own to wait for, every caller gets the server's refusal at once, those
             // that queued behind the pool's two attempts too (not "no connection came free" at the acquire timeout).
-            try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT 0")
+            try await Self.limitConnections(of: name, to: 0, admin: admin)
             let started = ContinuousClock.now
             let errors = await withTaskGroup(of: PostgresError?.self) { group in
                 for _ in 0..<6 {
@@ -406,10 +411,7 @@ struct PostgresClientTests {
         let admin = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1)
         let client = PostgresClient(url: url, connections: 4)
         try await TestEnvironment.using(admin, client) {
-            let superuser = try #require(try await admin.query("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").first).decode(Bool.self, "rolsuper")
-            try #require(!superuser, "a connection limit does not apply to a superuser: run the tests as an ordinary role (ops/test does)")
-            // ALTER DATABASE takes no parameters; the name is the generated one, never input.
-            try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT 1")
+            try await Self.limitConnections(of: name, to: 1, admin: admin)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 // The one connection allowed, busy for 6 s.
                 let holding = AsyncStream<Void>.makeStream()
@@ -429,7 +431,7 @@ struct PostgresClientTests {
                     #expect(waited < .seconds(4), "served only when the busy connection came free, after \(waited)")
                 }
                 try await Task.sleep(for: .milliseconds(300))
-                try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT -1")
+                try await Self.limitConnections(of: name, to: -1, admin: admin)
                 try await group.waitForAll()
             }
         }

@@ -430,6 +430,22 @@ struct AppleRulesTests {
         return jobId
     }
 
+    /// A peer whose PostgreSQL is away (here, its grants' database does not exist) claims the entry of `jobId`
+    /// and processes it.
+    private static func claimAsPeerWithoutPostgres(_ harness: WorkerHarness, jobId: String) async throws {
+        let missing = try Self.missingDatabase()
+        try await TestEnvironment.using(missing) {
+            let away = JobProcessor(
+                queue: harness.queue,
+                fulfiller: Fulfiller(catalog: harness.catalog, grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple),
+                retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60), logger: Logger(label: "test.worker")
+            )
+            let claimed = try await harness.queue.autoclaim(consumer: "peer", minIdleMilliseconds: 0, cursor: "0-0", count: 1).deliveries
+            #expect(claimed.map(\.jobId) == [jobId])
+            for delivery in claimed { await away.process(delivery) }
+        }
+    }
+
     /// A client of a database that does not exist: every query fails at once.
     private static func missingDatabase() throws -> PostgresClient {
         let base = try TestEnvironment.databaseURL()
@@ -451,18 +467,7 @@ struct AppleRulesTests {
     func poisonWhilePostgresAway() async throws {
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(maxAttempts: 4), appleBase: "http://127.0.0.1:1") { harness in
             let jobId = try await Self.poisonJob(harness)
-            // A peer whose PostgreSQL does not answer.
-            let missing = try Self.missingDatabase()
-            try await TestEnvironment.using(missing) {
-                let away = JobProcessor(
-                    queue: harness.queue,
-                    fulfiller: Fulfiller(catalog: harness.catalog, grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple),
-                    retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60), logger: Logger(label: "test.worker")
-                )
-                let claimed = try await harness.queue.autoclaim(consumer: "peer", minIdleMilliseconds: 0, cursor: "0-0", count: 1).deliveries
-                #expect(claimed.map(\.jobId) == [jobId])
-                for delivery in claimed { await away.process(delivery) }
-            }
+            try await Self.claimAsPeerWithoutPostgres(harness, jobId: jobId)
             #expect(try await harness.record(jobId).status != .failed)
             #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
             // Once PostgreSQL answers, a claim finds the grant: granted.
@@ -551,19 +556,8 @@ struct AppleRulesTests {
                 throw ManagedProcess.Failure("attempt 1 did not start")
             }
             let asked = try await harness.emulatorStats()
-            // A peer whose PostgreSQL is away (here, its database) claims the entry: attempt 2 must look for
-            // attempt 1's grant first, and cannot.
-            let missing = try Self.missingDatabase()
-            try await TestEnvironment.using(missing) {
-                let away = JobProcessor(
-                    queue: harness.queue,
-                    fulfiller: Fulfiller(catalog: harness.catalog, grants: GrantStore(database: missing), queue: harness.queue, apple: harness.emulatorFulfiller().apple),
-                    retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60), logger: Logger(label: "test.worker")
-                )
-                let claimed = try await harness.queue.autoclaim(consumer: "peer", minIdleMilliseconds: 0, cursor: "0-0", count: 1).deliveries
-                #expect(claimed.map(\.jobId) == [jobId])
-                for delivery in claimed { await away.process(delivery) }
-            }
+            // Attempt 2 must look for attempt 1's grant first, and cannot.
+            try await Self.claimAsPeerWithoutPostgres(harness, jobId: jobId)
             let record = try await harness.record(jobId)
             #expect(record.status == .retrying, "\(record)")
             #expect(record.reason == "internal", "\(record)")
