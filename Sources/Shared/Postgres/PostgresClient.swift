@@ -11,7 +11,8 @@ import Synchronization
 ///
 /// A connection the server will not open while this client has others (its `max_connections`, or a role's or
 /// database's connection limit, reached) does not fail the caller: it waits for one of the others, and the client
-/// tries to open another at most every ``openPause``. The pool runs smaller rather than failing its callers.
+/// opens no other connection for ``openPause``. The pool runs smaller rather than failing its callers; with no
+/// connection left, every caller waiting gets the refusal.
 ///
 /// Nothing waits for good: a caller that finds every connection busy for `acquireTimeout` gets an error
 /// (a 503 in the API), and each statement is bounded by the session's `statement_timeout` (see
