@@ -264,8 +264,12 @@ struct AdminController {
 
     struct ProductList: Encodable {
         let products: [ProductView]
+        /// Where the next page starts (its `after`); absent on the last page, and when no `limit` was asked.
+        let next: String?
     }
 
+    /// Every product of a publisher, in the order they were created; with `limit`, a page of them, and `next` when
+    /// more follow (`after` gives the page after it).
     @Sendable func listProducts(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         // Empty is missing, as an empty string field of a body is.
         guard let raw = request.uri.queryParameters["publisherId"].map(String.init), !raw.isEmpty else {
@@ -273,8 +277,30 @@ struct AdminController {
         }
         guard let publisherId = UUID(uuidString: raw) else { throw APIError.notFound }
         guard try await self.services.catalog.publisherExists(publisherId) else { throw APIError.notFound }
-        let products = try await self.services.catalog.products(publisherId: publisherId)
-        return JSONBody.response(.ok, ProductList(products: products.map(ProductView.init)))
+        let limit = try Self.pageLimit(request)
+        var after: UUID?
+        if let text = request.uri.queryParameters["after"] {
+            // A product of this publisher: an id that is not one would silently give an empty page.
+            guard let id = UUID(uuidString: String(text)), try await self.services.catalog.product(id: id)?.publisherId == publisherId else {
+                throw APIError.invalidType("after", expected: "the `next` of a page of this publisher's products")
+            }
+            after = id
+        }
+        var products = try await self.services.catalog.products(publisherId: publisherId, after: after, limit: limit.map { $0 + 1 })
+        var next: String?
+        if let limit, products.count > limit {
+            products.removeLast(products.count - limit)
+            next = products.last?.id.lowercasedString
+        }
+        return JSONBody.response(.ok, ProductList(products: products.map(ProductView.init), next: next))
+    }
+
+    /// The `limit` of a page: `nil` when not asked. One that is not a whole number is refused (an operator's script
+    /// must not read 100 as "all"); whole numbers are clamped to 1-1000.
+    static func pageLimit(_ request: Request) throws -> Int? {
+        guard let text = request.uri.queryParameters["limit"] else { return nil }
+        guard let asked = Int(String(text)) else { throw APIError.invalidType("limit", expected: "a whole number from 1 to 1000") }
+        return min(max(asked, 1), 1000)
     }
 
     /// Most characters of a product's `title` and `description`: each is kept in every API's and worker's
@@ -354,13 +380,7 @@ struct AdminController {
     }
 
     @Sendable func deadLetters(_ request: Request, context: TollgateRequestContext) async throws -> Response {
-        // A limit that is not a whole number is refused (an operator's script must not read 100 as "all");
-        // whole numbers are clamped to 1-1000.
-        var limit = 100
-        if let text = request.uri.queryParameters["limit"] {
-            guard let asked = Int(String(text)) else { throw APIError.invalidType("limit", expected: "a whole number from 1 to 1000") }
-            limit = min(max(asked, 1), 1000)
-        }
+        let limit = try Self.pageLimit(request) ?? 100
         let after = request.uri.queryParameters["after"]
         if let after, !DeadLetterPage.isCursor(after) {
             throw APIError.invalidType("after", expected: "the `next` of a page of dead letters")

@@ -207,9 +207,20 @@ public struct CatalogStore: Sendable {
 
     /// A publisher's products, oldest first.
     public func products(publisherId: UUID) async throws -> [Product] {
+        try await self.products(publisherId: publisherId, after: nil, limit: nil)
+    }
+
+    /// The publisher's products in the order they were created, those after the product `after` only (`nil`: from
+    /// the first; an id that is not one of the publisher's products gives none), and at most `limit` (`nil`: all).
+    public func products(publisherId: UUID, after: UUID?, limit: Int?) async throws -> [Product] {
         try await self.database.query(
-            "SELECT \(Self.productColumns) FROM products p JOIN apps a ON a.id = p.app_id WHERE p.publisher_id = $1 ORDER BY p.created_at, p.id",
-            [publisherId]
+            """
+            SELECT \(Self.productColumns) FROM products p JOIN apps a ON a.id = p.app_id
+            WHERE p.publisher_id = $1
+              AND ($2::uuid IS NULL OR (p.created_at, p.id) > (SELECT created_at, id FROM products WHERE id = $2 AND publisher_id = $1))
+            ORDER BY p.created_at, p.id LIMIT $3
+            """,
+            [publisherId, after, limit]
         ).rows.map(Self.product)
     }
 

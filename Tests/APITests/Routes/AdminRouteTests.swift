@@ -408,6 +408,45 @@ struct AdminRouteTests {
         }
     }
 
+    @Test("a publisher's products page with limit and after, in creation order, each once; a cursor that is not one of its products is refused")
+    func pageProducts() async throws {
+        try await APIHarness.withAPI { api in
+            let a = try await api.provisionTenant(name: "A")
+            let b = try await api.provisionTenant(name: "B")
+            let all = try #require(try await api.admin(.get, "/admin/v1/products?publisherId=\(a.publisherId)").json())
+            let ids = try #require(all["products"] as? [[String: Any]]).compactMap { $0["id"] as? String }
+            #expect(ids.count == 3)
+            #expect(all["next"] == nil, "no limit: every product, and no next")
+
+            var paged: [String] = []
+            var after: String?
+            var pages = 0
+            repeat {
+                let page = try #require(try await api.admin(
+                    .get, "/admin/v1/products?publisherId=\(a.publisherId)&limit=2" + (after.map { "&after=\($0)" } ?? "")
+                ).json())
+                let products = try #require(page["products"] as? [[String: Any]])
+                #expect(products.count <= 2)
+                paged += products.compactMap { $0["id"] as? String }
+                after = page["next"] as? String
+                pages += 1
+            } while after != nil && pages < 10
+            #expect(pages == 2)
+            #expect(paged == ids, "the same products in the same order, each once")
+            let last = try #require(try await api.admin(.get, "/admin/v1/products?publisherId=\(a.publisherId)&limit=1&after=\(ids[2])").json())
+            #expect((last["products"] as? [Any])?.isEmpty == true)
+            #expect(last["next"] == nil)
+
+            let foreign = try #require(b.productIds.values.first)
+            for cursor in ["nope", UUID().uuidString, foreign] {
+                expectError(
+                    try await api.admin(.get, "/admin/v1/products?publisherId=\(a.publisherId)&after=\(cursor)"), .badRequest, code: "invalid_type", field: "after"
+                )
+            }
+            expectError(try await api.admin(.get, "/admin/v1/products?publisherId=\(a.publisherId)&limit=all"), .badRequest, code: "invalid_type", field: "limit")
+        }
+    }
+
     @Test("PATCH enabled=false disables the offer: the next submission is 422 and nothing is enqueued; one accepted before keeps its job")
     func disableProduct() async throws {
         try await APIHarness.withAPI { api in
