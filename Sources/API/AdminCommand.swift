@@ -231,10 +231,20 @@ struct Admin: AsyncParsableCommand {
         }
 
         struct List: AsyncParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "List a publisher's products.")
+            static let configuration = CommandConfiguration(
+                abstract: "List a publisher's products, in the order they were created.",
+                discussion: "With --limit, a page that is not the last ends with `next`; pass it to --after for the page after it."
+            )
             @OptionGroup var connection: Connection
             @Option(help: "The publisher id.") var publisherId: String
-            func run() async throws { try await self.connection.call(.GET, "/products?publisherId=\(try pathSegment(self.publisherId))") }
+            @Option(help: "At most this many (1-1000); without it, every product.") var limit: Int?
+            @Option(help: "Start after this product: the `next` of the page before.") var after: String?
+            func run() async throws {
+                var query = "publisherId=\(try pathSegment(self.publisherId))"
+                if let limit { query += "&limit=\(limit)" }
+                if let after { query += "&after=\(try pathSegment(after))" }
+                try await self.connection.call(.GET, "/products?" + query)
+            }
         }
 
         struct Enable: AsyncParsableCommand {

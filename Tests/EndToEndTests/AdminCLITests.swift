@@ -90,6 +90,8 @@ struct AdminCLITests {
             #expect(disabled.json["enabled"] as? Bool == false)
             let listed = try await Self.admin(system, ["products", "list", "--publisher-id", publisherId], token: token)
             #expect((listed.json["products"] as? [[String: Any]])?.count == 1)
+            let page = try await Self.admin(system, ["products", "list", "--publisher-id", publisherId, "--limit", "1", "--after", productId], token: token)
+            #expect((page.json["products"] as? [[String: Any]])?.isEmpty == true, "the page after the only product")
 
             let publishers = try await Self.admin(system, ["publishers", "list"], token: token)
             #expect((publishers.json["publishers"] as? [[String: Any]])?.first?["name"] as? String == "CLI Publisher")
