@@ -190,6 +190,33 @@ struct ConfigurationTests {
     }
 
     @Test(
+        "a database on another machine reached without sslmode=verify-ca or verify-full starts with a warning, without the password",
+        arguments: [
+            ("postgres://tollgate:s3cr3t@db.example.com:5432/tollgate", nil, "sslmode=prefer: possibly unencrypted"),
+            ("postgres://tollgate:s3cr3t@db.example.com/tollgate?sslmode=require", nil, "sslmode=require: encrypted, but"),
+            ("postgres://tollgate@127.0.0.1,db2.example.com/tollgate?target_session_attrs=read-write", nil, "reaches db2.example.com"),
+            ("postgres://tollgate@10.0.0.5/tollgate", "disable", "sslmode=disable"),
+            ("postgres://tollgate@db.example.com/tollgate?sslmode=verify-full", nil, nil),
+            ("postgres://tollgate@db.example.com/tollgate", "verify-ca", nil),
+            ("postgres://tollgate@127.0.0.1:5432/tollgate", nil, nil),
+            ("postgres://tollgate@localhost/tollgate", nil, nil),
+            ("postgres:///tollgate?host=/run/postgresql", nil, nil),
+            ("postgres://tollgate@[::1]/tollgate", nil, nil),
+        ] as [(String, String?, String?)]
+    )
+    func databaseTransport(url: String, environmentSSLMode: String?, expected: String?) throws {
+        var environment = ["TOLLGATE_DATABASE_URL": url]
+        environment["PGSSLMODE"] = environmentSSLMode
+        let warnings = try Configuration(environment: environment).warnings
+        if let expected {
+            #expect(warnings.count == 1, "\(warnings)")
+            #expect(warnings.allSatisfy { $0.hasPrefix("TOLLGATE_DATABASE_URL reaches") && $0.contains(expected) && !$0.contains("s3cr3t") }, "\(warnings)")
+        } else {
+            #expect(warnings.isEmpty, "\(warnings)")
+        }
+    }
+
+    @Test(
         "values the contract allows that are unusual still start",
         arguments: [
             ("TOLLGATE_RETRY_BASE_MS", "0"), ("TOLLGATE_RETRY_MAX_DELAY_MS", "0"), ("TOLLGATE_CLAIM_MIN_IDLE_MS", "1"),

@@ -101,6 +101,9 @@ public struct Configuration: Sendable {
         if let problem = PostgresClient.problem(in: self.databaseURL) {
             throw ConfigurationError(variable: "TOLLGATE_DATABASE_URL", problem)
         }
+        if let warning = PostgresClient.transportWarning(in: self.databaseURL, environmentSSLMode: environment["PGSSLMODE"]) {
+            self.warnings.append(warning)
+        }
         self.redis = try RedisConfiguration(url: reader.string("TOLLGATE_REDIS_URL", default: "redis://127.0.0.1:6379/0"))
         self.httpHost = try reader.host("TOLLGATE_HTTP_HOST", default: "127.0.0.1")
         self.httpPort = try reader.int("TOLLGATE_HTTP_PORT", default: 8080, range: 0...65535)

@@ -77,6 +77,12 @@ public final class PostgresClient: Sendable {
         PostgresConnection.problem(in: url)
     }
 
+    /// A warning when `url` reaches a server on another machine without verifying its certificate (see
+    /// ``PostgresConnection/transportWarning(in:environmentSSLMode:)``).
+    public static func transportWarning(in url: String, environmentSSLMode: String?) -> String? {
+        PostgresConnection.transportWarning(in: url, environmentSSLMode: environmentSSLMode)
+    }
+
     /// Runs one statement on any free connection.
     @discardableResult
     public func query(_ sql: String, _ parameters: [any PostgresEncodable] = []) async throws -> PostgresResult {

@@ -141,6 +141,30 @@ final class PostgresConnection {
         return nil
     }
 
+    /// A warning when `url` reaches a server on another machine without verifying it: an `sslmode` (from the URL,
+    /// else `PGSSLMODE`, else libpq's `prefer`) short of `verify-ca`, so the connection may be unencrypted, or
+    /// encrypted to whoever answers. `nil` for Unix sockets, loopback hosts and URLs libpq cannot read.
+    static func transportWarning(in url: String, environmentSSLMode: String?) -> String? {
+        guard let options = PQconninfoParse(url, nil) else { return nil }
+        defer { PQconninfoFree(options) }
+        var values: [String: String] = [:]
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if let value = option.pointee.val { values[String(cString: keyword)] = String(cString: value) }
+            option += 1
+        }
+        let hosts = (values["hostaddr"] ?? values["host"] ?? "").split(separator: ",", omittingEmptySubsequences: false).map {
+            $0.trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        let remote = hosts.filter { host in
+            !(host.isEmpty || host.hasPrefix("/") || host == "localhost" || host == "::1" || host.hasPrefix("127."))
+        }
+        let mode = values["sslmode"] ?? environmentSSLMode ?? "prefer"
+        guard let first = remote.first, !["verify-ca", "verify-full"].contains(mode) else { return nil }
+        let risk = mode == "require" ? "encrypted, but to whichever server answers" : "possibly unencrypted, to whichever server answers"
+        return "TOLLGATE_DATABASE_URL reaches \(first) with sslmode=\(mode): \(risk); use sslmode=verify-full (ops/OPERATIONS.md, PostgreSQL)"
+    }
+
     /// libpq quotes the part of a URL it cannot read (a password with a bare `%` or a space, say) in its
     /// error: the URL, its credentials and its password, raw or decoded, become `***` before the text
     /// reaches an error or a log. The credentials end at the first `@` (as libpq reads them) or the last
