@@ -32,6 +32,30 @@ struct RedisSubscriberTests {
         await client.shutdown()
     }
 
+    @Test("a host name whose first address refuses is reached on the next one, as the pipelined client does")
+    func triesEveryAddress() async throws {
+        let configuration = try RedisConfiguration(url: TestEnvironment.redisURL())
+        // The test Redis listens on 127.0.0.1 only: 127.0.0.2, loopback too, refuses at once.
+        let dead = Heard()
+        let refused = RedisSubscriber(configuration: configuration, resolve: { _ in ["127.0.0.2"] }, channel: "nobody") { dead.append($0) }
+        refused.start()
+        _ = try await Poll.until(timeout: .seconds(10), "reported unavailable") { dead.all.isEmpty ? nil : true }
+        await refused.shutdown()
+        guard case .unavailable(let reason)? = dead.all.first else {
+            Issue.record("expected .unavailable, heard \(dead.all)")
+            return
+        }
+        #expect(reason.contains("(127.0.0.2)"), "\(reason)")
+
+        let heard = Heard()
+        let subscriber = RedisSubscriber(configuration: configuration, resolve: { _ in ["127.0.0.2", "127.0.0.1"] }, channel: "nobody") { heard.append($0) }
+        subscriber.start()
+        _ = try await Poll.until(timeout: .seconds(10), "subscribed") { heard.all.first == .subscribed ? true : nil }
+        await subscriber.shutdown()
+        #expect(RedisConnection.addresses(of: "127.0.0.1") == ["127.0.0.1"])
+        #expect(RedisConnection.addresses(of: "no-such-host.invalid") == ["no-such-host.invalid"], "hiredis says why it does not resolve")
+    }
+
     @Test("a Redis that cannot be reached is reported once per streak of failures, not on every retry")
     func unavailableOnce() async throws {
         let port = try DedicatedRedis.freePort()

@@ -11,13 +11,40 @@ final class RedisConnection {
     private var context: UnsafeMutablePointer<redisContext>?
     private let configuration: RedisConfiguration
     private let wake: Int32
+    /// The addresses of a host name, in the resolver's order.
+    typealias Resolver = @Sendable (_ host: String) -> [String]
+    private let resolve: Resolver
 
     /// Connects, authenticates and selects the database. `wake` (a pipe or eventfd) becoming readable
-    /// ends any wait for Redis.
-    init(configuration: RedisConfiguration, wake: Int32) throws {
+    /// ends any wait for Redis. Each address the host name resolves to is tried in turn, as the pipelined
+    /// client's connections do (hiredis tries only the first).
+    init(configuration: RedisConfiguration, wake: Int32, resolve: @escaping Resolver = RedisConnection.addresses) throws {
         self.configuration = configuration
         self.wake = wake
+        self.resolve = resolve
         try self.connect()
+    }
+
+    /// The numeric addresses `host` resolves to, in `getaddrinfo`'s order; `[host]` when it does not resolve
+    /// (hiredis then says why). Blocks: own thread only.
+    static func addresses(of host: String) -> [String] {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, nil, &hints, &list) == 0, let list else { return [host] }
+        defer { freeaddrinfo(list) }
+        var found: [String] = []
+        var entry: UnsafeMutablePointer<addrinfo>? = list
+        while let current = entry {
+            var name = [CChar](repeating: 0, count: Int(NI_MAXHOST))
+            if getnameinfo(current.pointee.ai_addr, current.pointee.ai_addrlen, &name, socklen_t(name.count), nil, 0, NI_NUMERICHOST) == 0 {
+                let address = String(cString: name)
+                if !found.contains(address) { found.append(address) }
+            }
+            entry = current.pointee.ai_next
+        }
+        return found.isEmpty ? [host] : found
     }
 
     deinit {
@@ -182,12 +209,36 @@ final class RedisConnection {
         }
     }
 
-    /// Connects without blocking past `wake`: a host that drops the connection attempt is given the
-    /// configured timeout. The socket stays non-blocking; every read and write waits in ``wait(for:on:timeoutMilliseconds:)``.
-    /// Only resolving the host name (hiredis' `getaddrinfo`) cannot be cut short.
+    /// Connects without blocking past `wake`, to each address of the host in turn until one takes the
+    /// connection: an address that drops the attempt is given the configured timeout. The socket stays
+    /// non-blocking; every read and write waits in ``wait(for:on:timeoutMilliseconds:)``. Only resolving the
+    /// host name (`getaddrinfo`) cannot be cut short.
     private func connect() throws {
-        let address = "\(self.configuration.host):\(self.configuration.port)"
-        guard let context = redisConnectNonBlock(self.configuration.host, Int32(self.configuration.port)) else {
+        var context: UnsafeMutablePointer<redisContext>?
+        var failures: [String] = []
+        for candidate in self.resolve(self.configuration.host) where context == nil {
+            do {
+                context = try self.open(candidate)
+            } catch let error as RedisError {
+                failures.append(error.message)
+                // Stopped meanwhile: no other address either.
+                if self.isWoken { break }
+            }
+        }
+        guard let context else {
+            throw RedisError(.connection, failures.joined(separator: "; "))
+        }
+        _ = redisEnableKeepAlive(context)
+        self.context = context
+        try self.setUp()
+    }
+
+    /// A non-blocking connection to one numeric address (or the host name itself when it did not resolve),
+    /// within the configured timeout.
+    private func open(_ host: String) throws -> UnsafeMutablePointer<redisContext> {
+        let address = host == self.configuration.host
+            ? "\(host):\(self.configuration.port)" : "\(self.configuration.host) (\(host)):\(self.configuration.port)"
+        guard let context = redisConnectNonBlock(host, Int32(self.configuration.port)) else {
             throw RedisError(.connection, "cannot allocate a hiredis context")
         }
         if context.pointee.err != 0 {
@@ -211,8 +262,17 @@ final class RedisConnection {
             redisFree(context)
             throw RedisError(.connection, "\(address): \(failure)")
         }
-        _ = redisEnableKeepAlive(context)
-        self.context = context
+        return context
+    }
+
+    /// Whether `wake` is readable now (the owner stops).
+    private var isWoken: Bool {
+        var descriptor = pollfd(fd: self.wake, events: Int16(POLLIN), revents: 0)
+        return poll(&descriptor, 1, 0) > 0
+    }
+
+    /// Authenticates and selects the database on the new connection.
+    private func setUp() throws {
         var setup: [[String]] = []
         if let password = self.configuration.password {
             if let username = self.configuration.username {

@@ -26,6 +26,7 @@ public final class RedisSubscriber: Sendable {
     }
 
     private let configuration: RedisConfiguration
+    private let resolve: RedisConnection.Resolver
     private let channel: String
     private let handler: @Sendable (Event) -> Void
     private let thread = NIOThreadPool(numberOfThreads: 1)
@@ -39,8 +40,14 @@ public final class RedisSubscriber: Sendable {
     private let unansweredMilliseconds: UInt64 = 5_000
 
     /// Creates a subscriber; nothing happens until ``start()``.
-    public init(configuration: RedisConfiguration, channel: String, handler: @escaping @Sendable (Event) -> Void) {
+    public convenience init(configuration: RedisConfiguration, channel: String, handler: @escaping @Sendable (Event) -> Void) {
+        self.init(configuration: configuration, resolve: RedisConnection.addresses, channel: channel, handler: handler)
+    }
+
+    /// A subscriber whose host name resolves through `resolve` (tests give it addresses of their own).
+    init(configuration: RedisConfiguration, resolve: @escaping RedisConnection.Resolver, channel: String, handler: @escaping @Sendable (Event) -> Void) {
         self.configuration = configuration
+        self.resolve = resolve
         self.channel = channel
         self.handler = handler
         var descriptors: [Int32] = [-1, -1]
@@ -95,7 +102,7 @@ public final class RedisSubscriber: Sendable {
     /// Fails when the subscription could not be established.
     private func session() -> Result<Void, RedisError> {
         let connection: RedisConnection
-        do { connection = try RedisConnection(configuration: self.configuration, wake: self.wake.read) } catch {
+        do { connection = try RedisConnection(configuration: self.configuration, wake: self.wake.read, resolve: self.resolve) } catch {
             return .failure(error as? RedisError ?? RedisError(.connection, "\(error)"))
         }
         switch connection.execute([["SUBSCRIBE", self.channel]]) {
