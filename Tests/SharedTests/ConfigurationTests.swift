@@ -202,11 +202,23 @@ struct ConfigurationTests {
             ("postgres://tollgate@localhost/tollgate", nil, nil),
             ("postgres:///tollgate?host=/run/postgresql", nil, nil),
             ("postgres://tollgate@[::1]/tollgate", nil, nil),
+            // A password with a raw `@`: libpq reads the rest of it as the host; the line shows none of it.
+            ("postgres://tollgate:ab@s3cr3t@db.example.com/tollgate", nil, "sslmode=prefer"),
+            // require with a root certificate is verify-ca to libpq.
+            ("postgres://tollgate@db.example.com/tollgate?sslmode=require&sslrootcert=/etc/ssl/certs/ca-certificates.crt", nil, nil),
+            // The host from libpq's environment, where the URL names none.
+            ("postgres:///tollgate", "PGHOST=db.example.com", "reaches db.example.com"),
+            ("postgres:///tollgate", "PGHOSTADDR=10.0.0.5", "reaches 10.0.0.5"),
+            ("postgres://tollgate@db.example.com/tollgate", "PGSSLROOTCERT=/ca.crt", "sslmode=prefer"),
         ] as [(String, String?, String?)]
     )
-    func databaseTransport(url: String, environmentSSLMode: String?, expected: String?) throws {
+    func databaseTransport(url: String, environmentVariable: String?, expected: String?) throws {
         var environment = ["TOLLGATE_DATABASE_URL": url]
-        environment["PGSSLMODE"] = environmentSSLMode
+        if let variable = environmentVariable?.split(separator: "=", maxSplits: 1), variable.count == 2 {
+            environment[String(variable[0])] = String(variable[1])
+        } else if let mode = environmentVariable {
+            environment["PGSSLMODE"] = mode
+        }
         let warnings = try Configuration(environment: environment).warnings
         if let expected {
             #expect(warnings.count == 1, "\(warnings)")

@@ -101,7 +101,7 @@ public struct Configuration: Sendable {
         if let problem = PostgresClient.problem(in: self.databaseURL) {
             throw ConfigurationError(variable: "TOLLGATE_DATABASE_URL", problem)
         }
-        if let warning = PostgresClient.transportWarning(in: self.databaseURL, environmentSSLMode: environment["PGSSLMODE"]) {
+        if let warning = PostgresClient.transportWarning(in: self.databaseURL, environment: environment) {
             self.warnings.append(warning)
         }
         self.redis = try RedisConfiguration(url: reader.string("TOLLGATE_REDIS_URL", default: "redis://127.0.0.1:6379/0"))

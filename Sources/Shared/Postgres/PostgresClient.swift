@@ -78,9 +78,9 @@ public final class PostgresClient: Sendable {
     }
 
     /// A warning when `url` reaches a server on another machine without verifying its certificate (see
-    /// ``PostgresConnection/transportWarning(in:environmentSSLMode:)``).
-    public static func transportWarning(in url: String, environmentSSLMode: String?) -> String? {
-        PostgresConnection.transportWarning(in: url, environmentSSLMode: environmentSSLMode)
+    /// ``PostgresConnection/transportWarning(in:environment:)``).
+    public static func transportWarning(in url: String, environment: [String: String]) -> String? {
+        PostgresConnection.transportWarning(in: url, environment: environment)
     }
 
     /// Runs one statement on any free connection.

@@ -141,10 +141,12 @@ final class PostgresConnection {
         return nil
     }
 
-    /// A warning when `url` reaches a server on another machine without verifying it: an `sslmode` (from the URL,
-    /// else `PGSSLMODE`, else libpq's `prefer`) short of `verify-ca`, so the connection may be unencrypted, or
-    /// encrypted to whoever answers. `nil` for Unix sockets, loopback hosts and URLs libpq cannot read.
-    static func transportWarning(in url: String, environmentSSLMode: String?) -> String? {
+    /// A warning when `url` reaches a server on another machine without verifying it: an `sslmode` short of
+    /// `verify-ca`, so the connection may be unencrypted, or encrypted to whoever answers. Where the URL leaves
+    /// them out, libpq's environment variables (`PGHOST`, `PGHOSTADDR`, `PGSSLMODE`, `PGSSLROOTCERT`) count, then
+    /// its defaults (a Unix socket, `prefer`). `require` with a root certificate named is `verify-ca` to libpq.
+    /// `nil` for Unix sockets, loopback hosts and URLs libpq cannot read. Never shows the URL's credentials.
+    static func transportWarning(in url: String, environment: [String: String]) -> String? {
         guard let options = PQconninfoParse(url, nil) else { return nil }
         defer { PQconninfoFree(options) }
         var values: [String: String] = [:]
@@ -153,16 +155,21 @@ final class PostgresConnection {
             if let value = option.pointee.val { values[String(cString: keyword)] = String(cString: value) }
             option += 1
         }
-        let hosts = (values["hostaddr"] ?? values["host"] ?? "").split(separator: ",", omittingEmptySubsequences: false).map {
+        let host = values["hostaddr"] ?? values["host"] ?? environment["PGHOSTADDR"] ?? environment["PGHOST"] ?? ""
+        let hosts = host.split(separator: ",", omittingEmptySubsequences: false).map {
             $0.trimmingCharacters(in: .whitespaces).lowercased()
         }
         let remote = hosts.filter { host in
             !(host.isEmpty || host.hasPrefix("/") || host == "localhost" || host == "::1" || host.hasPrefix("127."))
         }
-        let mode = values["sslmode"] ?? environmentSSLMode ?? "prefer"
-        guard let first = remote.first, !["verify-ca", "verify-full"].contains(mode) else { return nil }
+        let mode = values["sslmode"] ?? environment["PGSSLMODE"] ?? "prefer"
+        let rootCertificate = values["sslrootcert"] ?? environment["PGSSLROOTCERT"]
+        guard let first = remote.first, !["verify-ca", "verify-full"].contains(mode), !(mode == "require" && rootCertificate != nil) else { return nil }
         let risk = mode == "require" ? "encrypted, but to whichever server answers" : "possibly unencrypted, to whichever server answers"
-        return "TOLLGATE_DATABASE_URL reaches \(first) with sslmode=\(mode): \(risk); use sslmode=verify-full (ops/OPERATIONS.md, PostgreSQL)"
+        // A password holding a raw `@` ends, for libpq, at the first one, and the rest reads as part of the host:
+        // a host that is not a plain name or address is not shown.
+        let shown = first.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || ".-:".contains($0)) }) ? first : "a host the URL names"
+        return Self.redacting(url, in: "TOLLGATE_DATABASE_URL reaches \(shown) with sslmode=\(mode): \(risk); use sslmode=verify-full (ops/OPERATIONS.md, PostgreSQL)")
     }
 
     /// libpq quotes the part of a URL it cannot read (a password with a bare `%` or a space, say) in its
