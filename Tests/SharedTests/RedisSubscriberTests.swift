@@ -34,26 +34,38 @@ struct RedisSubscriberTests {
 
     @Test("a host name whose first address refuses is reached on the next one, as the pipelined client does")
     func triesEveryAddress() async throws {
-        let configuration = try RedisConfiguration(url: TestEnvironment.redisURL())
-        // The test Redis listens on 127.0.0.1 only: 127.0.0.2, loopback too, refuses at once.
-        let dead = Heard()
-        let refused = RedisSubscriber(configuration: configuration, resolve: { _ in ["127.0.0.2"] }, channel: "nobody") { dead.append($0) }
-        refused.start()
-        _ = try await Poll.until(timeout: .seconds(10), "reported unavailable") { dead.all.isEmpty ? nil : true }
-        await refused.shutdown()
-        guard case .unavailable(let reason)? = dead.all.first else {
-            Issue.record("expected .unavailable, heard \(dead.all)")
-            return
-        }
-        #expect(reason.contains("(127.0.0.2)"), "\(reason)")
+        // A server of the test's own, bound to 127.0.0.1 only: 127.0.0.2, loopback too, refuses at once.
+        let server = try await DedicatedRedis()
+        try await TestEnvironment.using(server) {
+            let configuration = try RedisConfiguration(url: server.url)
+            let dead = Heard()
+            let refused = RedisSubscriber(configuration: configuration, resolve: { _ in ["127.0.0.2"] }, channel: "nobody") { dead.append($0) }
+            refused.start()
+            _ = try await Poll.until(timeout: .seconds(10), "reported unavailable") { dead.all.isEmpty ? nil : true }
+            await refused.shutdown()
+            guard case .unavailable(let reason)? = dead.all.first else {
+                Issue.record("expected .unavailable, heard \(dead.all)")
+                return
+            }
+            #expect(reason.contains("(127.0.0.2)"), "\(reason)")
 
-        let heard = Heard()
-        let subscriber = RedisSubscriber(configuration: configuration, resolve: { _ in ["127.0.0.2", "127.0.0.1"] }, channel: "nobody") { heard.append($0) }
-        subscriber.start()
-        _ = try await Poll.until(timeout: .seconds(10), "subscribed") { heard.all.first == .subscribed ? true : nil }
-        await subscriber.shutdown()
-        #expect(RedisConnection.addresses(of: "127.0.0.1") == ["127.0.0.1"])
-        #expect(RedisConnection.addresses(of: "no-such-host.invalid") == ["no-such-host.invalid"], "hiredis says why it does not resolve")
+            let heard = Heard()
+            let subscriber = RedisSubscriber(configuration: configuration, resolve: { _ in ["127.0.0.2", "127.0.0.1"] }, channel: "nobody") { heard.append($0) }
+            subscriber.start()
+            _ = try await Poll.until(timeout: .seconds(10), "subscribed") { heard.all.first == .subscribed ? true : nil }
+            await subscriber.shutdown()
+        }
+        // getaddrinfo blocks: on a thread of its own, not Swift's pool.
+        let resolved = await withCheckedContinuation { continuation in
+            Thread {
+                continuation.resume(returning: (
+                    literal: Result { try RedisConnection.addresses(of: "127.0.0.1") },
+                    unknown: Result { try RedisConnection.addresses(of: "no-such-host.invalid") }
+                ))
+            }.start()
+        }
+        #expect((try? resolved.literal.get()) == ["127.0.0.1"])
+        if case .failure(let error) = resolved.unknown { #expect(!"\(error)".isEmpty) } else { Issue.record("a name that does not resolve gave \(resolved.unknown)") }
     }
 
     @Test("a Redis that cannot be reached is reported once per streak of failures, not on every retry")

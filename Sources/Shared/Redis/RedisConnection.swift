@@ -11,8 +11,13 @@ final class RedisConnection {
     private var context: UnsafeMutablePointer<redisContext>?
     private let configuration: RedisConfiguration
     private let wake: Int32
-    /// The addresses of a host name, in the resolver's order.
-    typealias Resolver = @Sendable (_ host: String) -> [String]
+    /// The addresses of a host name, in the resolver's order; throws why it has none.
+    typealias Resolver = @Sendable (_ host: String) throws -> [String]
+
+    /// Why a host name gave no address (`getaddrinfo`'s own words).
+    struct ResolutionError: Error, CustomStringConvertible {
+        let description: String
+    }
     private let resolve: Resolver
 
     /// Connects, authenticates and selects the database. `wake` (a pipe or eventfd) becoming readable
@@ -25,14 +30,15 @@ final class RedisConnection {
         try self.connect()
     }
 
-    /// The numeric addresses `host` resolves to, in `getaddrinfo`'s order; `[host]` when it does not resolve
-    /// (hiredis then says why). Blocks: own thread only.
-    static func addresses(of host: String) -> [String] {
+    /// The numeric addresses `host` resolves to, in `getaddrinfo`'s order. Resolved once: hiredis is given the
+    /// addresses, so a name whose lookup waits out the resolver's timeout does not wait twice. Blocks: own thread only.
+    static func addresses(of host: String) throws -> [String] {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, nil, &hints, &list) == 0, let list else { return [host] }
+        let code = getaddrinfo(host, nil, &hints, &list)
+        guard code == 0, let list else { throw ResolutionError(description: String(cString: gai_strerror(code))) }
         defer { freeaddrinfo(list) }
         var found: [String] = []
         var entry: UnsafeMutablePointer<addrinfo>? = list
@@ -44,7 +50,8 @@ final class RedisConnection {
             }
             entry = current.pointee.ai_next
         }
-        return found.isEmpty ? [host] : found
+        guard !found.isEmpty else { throw ResolutionError(description: "no address") }
+        return found
     }
 
     deinit {
@@ -214,9 +221,15 @@ final class RedisConnection {
     /// non-blocking; every read and write waits in ``wait(for:on:timeoutMilliseconds:)``. Only resolving the
     /// host name (`getaddrinfo`) cannot be cut short.
     private func connect() throws {
+        let candidates: [String]
+        do {
+            candidates = try self.resolve(self.configuration.host)
+        } catch {
+            throw RedisError(.connection, "\(self.configuration.host):\(self.configuration.port): \(error)")
+        }
         var context: UnsafeMutablePointer<redisContext>?
         var failures: [String] = []
-        for candidate in self.resolve(self.configuration.host) where context == nil {
+        for candidate in candidates where context == nil {
             do {
                 context = try self.open(candidate)
             } catch let error as RedisError {
@@ -233,8 +246,7 @@ final class RedisConnection {
         try self.setUp()
     }
 
-    /// A non-blocking connection to one numeric address (or the host name itself when it did not resolve),
-    /// within the configured timeout.
+    /// A non-blocking connection to one numeric address, within the configured timeout.
     private func open(_ host: String) throws -> UnsafeMutablePointer<redisContext> {
         let address = host == self.configuration.host
             ? "\(host):\(self.configuration.port)" : "\(self.configuration.host) (\(host)):\(self.configuration.port)"
