@@ -88,10 +88,19 @@ struct AdminCLITests {
 
             let disabled = try await Self.admin(system, ["products", "disable", productId], token: token)
             #expect(disabled.json["enabled"] as? Bool == false)
+            let second = try await Self.admin(system, [
+                "products", "create", "--publisher-id", publisherId, "--bundle-id", "com.example.cli", "--product-id", "cli.pass",
+                "--kind", "non_consumable", "--title", "Pass",
+            ], token: token)
+            #expect(second.status == 0, "\(second.error)")
             let listed = try await Self.admin(system, ["products", "list", "--publisher-id", publisherId], token: token)
-            #expect((listed.json["products"] as? [[String: Any]])?.count == 1)
-            let page = try await Self.admin(system, ["products", "list", "--publisher-id", publisherId, "--limit", "1", "--after", productId], token: token)
-            #expect((page.json["products"] as? [[String: Any]])?.isEmpty == true, "the page after the only product")
+            #expect((listed.json["products"] as? [[String: Any]])?.count == 2)
+            let page = try await Self.admin(system, ["products", "list", "--publisher-id", publisherId, "--limit", "1"], token: token)
+            #expect((page.json["products"] as? [[String: Any]])?.count == 1)
+            let next = try #require(page.json["next"] as? String)
+            let rest = try await Self.admin(system, ["products", "list", "--publisher-id", publisherId, "--limit", "1", "--after", next], token: token)
+            #expect((rest.json["products"] as? [[String: Any]])?.count == 1)
+            #expect(rest.json["next"] == nil)
 
             let publishers = try await Self.admin(system, ["publishers", "list"], token: token)
             #expect((publishers.json["publishers"] as? [[String: Any]])?.first?["name"] as? String == "CLI Publisher")

@@ -413,6 +413,11 @@ struct AdminRouteTests {
         try await APIHarness.withAPI { api in
             let a = try await api.provisionTenant(name: "A")
             let b = try await api.provisionTenant(name: "B")
+            // Created at the same moment, as products of one transaction would be: the id breaks the tie.
+            try await api.services.database.query(
+                "UPDATE products SET created_at = (SELECT min(created_at) FROM products WHERE publisher_id = $1) WHERE publisher_id = $1",
+                [UUID(uuidString: a.publisherId)]
+            )
             let all = try #require(try await api.admin(.get, "/admin/v1/products?publisherId=\(a.publisherId)").json())
             let ids = try #require(all["products"] as? [[String: Any]]).compactMap { $0["id"] as? String }
             #expect(ids.count == 3)
@@ -436,6 +441,12 @@ struct AdminRouteTests {
             let last = try #require(try await api.admin(.get, "/admin/v1/products?publisherId=\(a.publisherId)&limit=1&after=\(ids[2])").json())
             #expect((last["products"] as? [Any])?.isEmpty == true)
             #expect(last["next"] == nil)
+            // Exactly `limit` left: no next. All of them in one page: no next. A limit of 0 is clamped to 1.
+            for (query, count, next) in [("limit=1&after=\(ids[1])", 1, false), ("limit=3", 3, false), ("limit=0", 1, true)] {
+                let page = try #require(try await api.admin(.get, "/admin/v1/products?publisherId=\(a.publisherId)&\(query)").json())
+                #expect((page["products"] as? [Any])?.count == count, "\(query)")
+                #expect((page["next"] != nil) == next, "\(query)")
+            }
 
             let foreign = try #require(b.productIds.values.first)
             for cursor in ["nope", UUID().uuidString, foreign] {
