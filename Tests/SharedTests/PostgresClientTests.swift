@@ -333,12 +333,28 @@ struct PostgresClientTests {
         }
     }
 
-    /// Sets the connection limit of the test's own database (-1: none). A superuser is exempt from it.
-    static func limitConnections(of database: Substring, to limit: Int, admin: PostgresClient) async throws {
-        let superuser = try #require(try await admin.query("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").first).decode(Bool.self, "rolsuper")
-        try #require(!superuser, "a connection limit does not apply to a superuser: run the tests as an ordinary role (ops/test does)")
-        // ALTER DATABASE takes no parameters; the name is the generated one, never input.
-        try await admin.query("ALTER DATABASE \(database) CONNECTION LIMIT \(limit)")
+    /// Runs `body` with a client per pool size in `pools` on a fresh database of the test's own, and a way to set
+    /// that database's connection limit (-1: none), then shuts the clients down. A superuser is exempt from such a
+    /// limit: the test refuses to run as one.
+    static func withLimitedDatabase(
+        pools: [Int], _ body: (_ limitConnections: (Int) async throws -> Void, _ clients: [PostgresClient]) async throws -> Void
+    ) async throws {
+        let url = try await TestEnvironment.freshDatabase()
+        let name = try #require(URLComponents(string: url)?.path.dropFirst())
+        let admin = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1)
+        let clients = pools.map { PostgresClient(url: url, connections: $0) }
+        let result: Result<Void, any Error>
+        do {
+            let superuser = try #require(try await admin.query("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").first).decode(Bool.self, "rolsuper")
+            try #require(!superuser, "a connection limit does not apply to a superuser: run the tests as an ordinary role (ops/test does)")
+            // ALTER DATABASE takes no parameters; the name is the generated one, never input.
+            try await body({ limit in try await admin.query("ALTER DATABASE \(name) CONNECTION LIMIT \(limit)") }, clients)
+            result = .success(())
+        } catch {
+            result = .failure(error)
+        }
+        for client in clients + [admin] { await client.shutdown() }
+        try result.get()
     }
 
     @Test(
@@ -346,13 +362,9 @@ struct PostgresClientTests {
         .timeLimit(.minutes(1))
     )
     func connectionLimitReached() async throws {
-        let url = try await TestEnvironment.freshDatabase()
-        let name = try #require(URLComponents(string: url)?.path.dropFirst())
-        let admin = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1)
-        let client = PostgresClient(url: url, connections: 6)
-        let refused = PostgresClient(url: url, connections: 2)
-        try await TestEnvironment.using(admin, client, refused) {
-            try await Self.limitConnections(of: name, to: 2, admin: admin)
+        try await Self.withLimitedDatabase(pools: [6, 2]) { limitConnections, clients in
+            let (client, refused) = (clients[0], clients[1])
+            try await limitConnections(2)
             let pids = try await withThrowingTaskGroup(of: Int.self) { group in
                 // The two connections the limit allows, opened one after the other (PostgreSQL counts sessions
                 // that start together approximately, and may refuse them all), each held a moment.
@@ -380,7 +392,7 @@ struct PostgresClientTests {
             #expect(Set(pids).count == 2)
             // With no connection of its own to wait for, every caller gets the server's refusal at once, those
             // that queued behind the pool's two attempts too (not "no connection came free" at the acquire timeout).
-            try await Self.limitConnections(of: name, to: 0, admin: admin)
+            try await limitConnections(0)
             let started = ContinuousClock.now
             let errors = await withTaskGroup(of: PostgresError?.self) { group in
                 for _ in 0..<6 {
@@ -406,12 +418,9 @@ struct PostgresClientTests {
         .timeLimit(.minutes(1))
     )
     func refusedThenAdmitted() async throws {
-        let url = try await TestEnvironment.freshDatabase()
-        let name = try #require(URLComponents(string: url)?.path.dropFirst())
-        let admin = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1)
-        let client = PostgresClient(url: url, connections: 4)
-        try await TestEnvironment.using(admin, client) {
-            try await Self.limitConnections(of: name, to: 1, admin: admin)
+        try await Self.withLimitedDatabase(pools: [4]) { limitConnections, clients in
+            let client = clients[0]
+            try await limitConnections(1)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 // The one connection allowed, busy for 6 s.
                 let holding = AsyncStream<Void>.makeStream()
@@ -431,7 +440,7 @@ struct PostgresClientTests {
                     #expect(waited < .seconds(4), "served only when the busy connection came free, after \(waited)")
                 }
                 try await Task.sleep(for: .milliseconds(300))
-                try await Self.limitConnections(of: name, to: -1, admin: admin)
+                try await limitConnections(-1)
                 try await group.waitForAll()
             }
         }
