@@ -57,10 +57,12 @@ struct JobProcessor: Sendable {
             }
             var detail = "poison: started \(attempt) times without finishing"
             switch committed {
-            case .outage?, .retry? where attempt <= self.maxStarts + Self.poisonLookupPatience:
-                // PostgreSQL cannot tell whether it granted (away, and the watch now holds intake off; or a
-                // timeout): the entry stays pending, and a claim asks again later, instead of failing a job
-                // that may be granted.
+            case .outage?:
+                // However many starts: the watch now holds intake off until PostgreSQL is back.
+                fallthrough
+            case .retry? where attempt <= self.maxStarts + Self.poisonLookupPatience:
+                // PostgreSQL cannot tell whether it granted (away; or a timeout): the entry stays pending, and a
+                // claim asks again later, instead of failing a job that may be granted.
                 logger.warning("poison job, but PostgreSQL cannot tell whether its grant committed; leaving it for a later claim")
                 return
             case .retry(_, let lookup, _, _)?:
