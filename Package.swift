@@ -26,6 +26,8 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
+        // Already in the graph through Hummingbird: named for NIOHTTPTypes' request parts (RequestDeadlineHandler).
+        .package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.34.1"),
     ],
     targets: [
         .systemLibrary(
@@ -52,6 +54,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
             ],
             swiftSettings: strict
         ),
@@ -107,7 +111,10 @@ let package = Package(
         ),
         .testTarget(
             name: "SharedTests",
-            dependencies: ["Shared", "TestSupport", .product(name: "PropertyBased", package: "swift-property-based")],
+            dependencies: [
+                "Shared", "TestSupport", .product(name: "PropertyBased", package: "swift-property-based"),
+                .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(

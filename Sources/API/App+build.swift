@@ -43,10 +43,7 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
     let portFile = configuration.portFile
     let application = Application(
         router: router,
-        // A connection that goes quiet is closed after the idle timeout: one left open by a client that vanished,
-        // or one stalled half-way through a request head or body (a slow-read flood), would otherwise hold its
-        // file descriptor for good. A request whose body has arrived is never cut while the API works on it.
-        server: .http1(configuration: .init(idleTimeout: .seconds(Int64(configuration.httpIdleTimeoutSeconds)))),
+        server: .tollgate(idleTimeoutSeconds: configuration.httpIdleTimeoutSeconds, logger: logger),
         configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "tollgate-api"),
         services: [
             // Until Redis answers, readiness says 503 and requests that need it answer 503.

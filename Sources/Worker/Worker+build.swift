@@ -53,6 +53,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     let portFile = configuration.portFile
     let operations = Application(
         router: router,
+        server: .tollgate(idleTimeoutSeconds: configuration.httpIdleTimeoutSeconds, logger: logger),
         configuration: .init(address: .hostname(configuration.httpHost, port: configuration.metricsPort), serverName: "tollgate-worker"),
         onServerRunning: { channel in
             let port = channel.localAddress?.port ?? configuration.metricsPort

@@ -327,24 +327,53 @@ struct StartupTests {
     }
 
     @Test(
-        "the API closes a connection that goes quiet half-way through a request, or idle between requests, after TOLLGATE_HTTP_IDLE_TIMEOUT_S",
-        .timeLimit(.minutes(2))
+        "the API and a worker's metrics port close a connection that goes quiet half-way through a request, or idle between requests, or whose body trickles in for longer than TOLLGATE_HTTP_IDLE_TIMEOUT_S",
+        .timeLimit(.minutes(2)), arguments: Self.servingProcesses
     )
-    func quietConnectionsClosed() async throws {
-        try await Self.withAPI(["TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1"]) { process in
+    func quietConnectionsClosed(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
+        let process = try ManagedProcess(
+            executable: executable, arguments: arguments,
+            environment: environment.merging([
+                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
+                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1",
+            ]) { _, new in new },
+            portFileVariable: portFileVariable
+        )
+        do {
             let port = try await process.port()
+            // The API reads this route's body; the worker answers it without reading, and then drains the body.
+            let post = "POST \(executable == "tollgate-api" ? "/api/3.0/json" : "/metrics") HTTP/1.1\r\nHost: tollgate\r\n"
+                + "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
             let halfHead = try #require(LoopbackSocket(port: port))
             #expect(halfHead.write("GET /health/live HTTP/1.1\r\nHost: tollgate\r\n"))
             let halfBody = try #require(LoopbackSocket(port: port))
-            #expect(halfBody.write("POST /api/3.0/json HTTP/1.1\r\nHost: tollgate\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"method\":"))
+            #expect(halfBody.write(post))
             let idle = try #require(LoopbackSocket(port: port))
             #expect(idle.write("GET /health/live HTTP/1.1\r\nHost: tollgate\r\n\r\n"))
             #expect(idle.read(until: "\"ok\"}", seconds: 30).hasPrefix("HTTP/1.1 200"))
             #expect(halfHead.closedByPeer(within: 30))
             #expect(halfBody.closedByPeer(within: 30))
             #expect(idle.closedByPeer(within: 30))
+
+            // A byte every 250 ms never leaves the connection quiet for the idle timeout: the body's own deadline
+            // (the same 1 s from the head) closes it.
+            let trickle = try #require(LoopbackSocket(port: port))
+            let started = ContinuousClock.now
+            #expect(trickle.write(post))
+            var closed = false
+            while !closed, ContinuousClock.now - started < .seconds(10) {
+                closed = trickle.closedByPeer(within: .milliseconds(250))
+                if !closed { _ = trickle.write(" ") }
+            }
+            let took = ContinuousClock.now - started
+            #expect(closed, "a trickled body held its connection for \(took)")
+            #expect(took >= .milliseconds(900) && took < .seconds(6), "closed \(took) after the head")
+
             process.signal(SIGTERM)
             #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+        } catch {
+            await process.stop()
+            throw error
         }
     }
 

@@ -58,7 +58,12 @@ public final class LoopbackSocket {
 
     /// Whether the peer closed the connection within `seconds` (reads past any data it sent first).
     public func closedByPeer(within seconds: Int32) -> Bool {
-        let deadline = ContinuousClock.now + .seconds(Int(seconds))
+        self.closedByPeer(within: .seconds(Int(seconds)))
+    }
+
+    /// Whether the peer closed the connection within `limit` (reads past any data it sent first).
+    public func closedByPeer(within limit: Duration) -> Bool {
+        let deadline = ContinuousClock.now + limit
         var buffer = [UInt8](repeating: 0, count: 4096)
         while ContinuousClock.now < deadline {
             var ready = pollfd(fd: self.descriptor, events: Int16(POLLIN), revents: 0)

@@ -13,8 +13,9 @@ public struct Configuration: Sendable {
     public var httpHost: String
     /// `TOLLGATE_HTTP_PORT` (0 picks a free port).
     public var httpPort: Int
-    /// `TOLLGATE_HTTP_IDLE_TIMEOUT_S`: an API connection that sends nothing for this long, while idle or half-way
-    /// through a request, is closed.
+    /// `TOLLGATE_HTTP_IDLE_TIMEOUT_S`: a connection to the API or a worker's metrics port that sends nothing for
+    /// this long, while idle or half-way through a request, is closed, as is one whose request body has not
+    /// arrived whole this long after its head.
     public var httpIdleTimeoutSeconds: Int
     /// `TOLLGATE_ADMIN_TOKEN`; `nil` disables the admin routes.
     public var adminToken: String?

@@ -1,0 +1,84 @@
+import HTTPTypes
+import Logging
+import NIOCore
+import NIOEmbedded
+import NIOHTTPTypes
+import Shared
+import Testing
+
+/// The handler on an embedded channel, whose clock moves only when told: a request's body must follow its
+/// head within 2 s of the client's time.
+@Suite("Request body deadline")
+struct RequestDeadlineHandlerTests {
+    private static let head = HTTPRequestPart.head(HTTPRequest(method: .post, scheme: nil, authority: "tollgate", path: "/api/3.0/json"))
+    private static let byte = HTTPRequestPart.body(ByteBuffer(string: " "))
+
+    private static func connected() throws -> EmbeddedChannel {
+        let channel = EmbeddedChannel(handler: RequestDeadlineHandler(timeout: .seconds(2), logger: Logger(label: "test")))
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 8080)).wait()
+        return channel
+    }
+
+    /// The server asks for more, as the channel does while its handler reads the body.
+    private static func serverReads(_ channel: EmbeddedChannel) {
+        channel.pipeline.read()
+    }
+
+    @Test("a body trickled a byte every 100 ms closes the connection 2 s after its head, not before")
+    func trickledBody() throws {
+        let channel = try Self.connected()
+        try channel.writeInbound(Self.head)
+        Self.serverReads(channel)
+        for _ in 0..<19 {
+            channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
+            try channel.writeInbound(Self.byte)
+            Self.serverReads(channel)
+        }
+        #expect(channel.isActive)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
+        #expect(!channel.isActive)
+    }
+
+    @Test("a request read whole is never cut, however long the server then takes, and the next head starts its own 2 s")
+    func wholeRequests() throws {
+        let channel = try Self.connected()
+        try channel.writeInbound(Self.head)
+        Self.serverReads(channel)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1900))
+        try channel.writeInbound(HTTPRequestPart.end(nil))
+        Self.serverReads(channel)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(60))
+        #expect(channel.isActive)
+
+        try channel.writeInbound(Self.head)
+        Self.serverReads(channel)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1900))
+        #expect(channel.isActive)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
+        #expect(!channel.isActive)
+    }
+
+    @Test("while the server holds reads back, the deadline waits; once it reads again, a body still missing closes the connection")
+    func serverHoldsReadsBack() throws {
+        let channel = try Self.connected()
+        try channel.writeInbound(Self.head)
+        // No read asked for: the server's handler has not got to the body (authentication waiting on Redis).
+        channel.embeddedEventLoop.advanceTime(by: .seconds(10))
+        #expect(channel.isActive)
+        Self.serverReads(channel)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
+        #expect(!channel.isActive)
+    }
+
+    @Test("a body that the server reads at once after holding reads back is not cut")
+    func bodyReadAfterHoldingBack() throws {
+        let channel = try Self.connected()
+        try channel.writeInbound(Self.head)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(10))
+        Self.serverReads(channel)
+        try channel.writeInbound(Self.byte)
+        try channel.writeInbound(HTTPRequestPart.end(nil))
+        channel.embeddedEventLoop.advanceTime(by: .seconds(10))
+        #expect(channel.isActive)
+    }
+}
