@@ -58,7 +58,10 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
         ],
         onServerRunning: { channel in
             let port = channel.localAddress?.port ?? configuration.httpPort
-            logger.info("listening", metadata: ["host": "\(configuration.httpHost)", "port": "\(port)"])
+            logger.info("listening", metadata: [
+                "host": "\(configuration.httpHost)", "port": "\(port)",
+                "database_connections": "\(configuration.databasePoolSize)", "redis_connections": "\(configuration.redisPoolSize)",
+            ])
             if let portFile { PortFile.publish(port, to: portFile, logger: logger) }
         },
         logger: logger

@@ -86,6 +86,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     defer { deadline.cancel() }
     logger.info("worker started", metadata: [
         "concurrency": "\(configuration.workerConcurrency)", "database_connections": "\(configuration.workerDatabasePoolSize)",
+        "redis_connections": "\(configuration.redisPoolSize)",
     ])
     var failure: (any Error)?
     do {

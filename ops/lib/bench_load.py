@@ -317,10 +317,13 @@ def report(args):
         r.get("cc_version", "cc")))
     add("| Tollgate settings | defaults, except `TOLLGATE_RATE_LIMIT_PER_S=0` (limit off), the emulator's URLs and "
         "`TOLLGATE_WORKER_CONCURRENCY=%s` (default 256; sized for 1,000/s by Little's law); PostgreSQL pool %s per API "
-        "process and %s per worker (by default one per 16 verifications in flight, at least 16), Redis pool %s per process; "
-        "log level info, JSON to a file |" % (
-            r.get("worker_concurrency", "256"), r.get("db_pool", "16"), r.get("worker_db_pool") or "?", r.get("redis_pool", "4")))
-    add("| run time | %s s after the build (bound: %s s) |" % (r.get("run_seconds", "?"), r.get("timeout_seconds", "?")))
+        "process and %s per worker (by default one per 16 verifications in flight, at least 16), Redis pool %s per API "
+        "process and %s per worker, as each process logged them when it started; log level info, JSON to a file |" % (
+            r.get("worker_concurrency", "256"), r.get("db_pool") or "?", r.get("worker_db_pool") or "?",
+            r.get("redis_pool") or "?", r.get("worker_redis_pool") or "?"))
+    add("| run time | %s s after the build (bound: %s s)%s |" % (
+        r.get("run_seconds", "?"), r.get("timeout_seconds", "?"),
+        "; the build took %s s before it" % r["build_seconds"] if r.get("build_seconds") else ""))
     busy = number(r, "background_busy")
     add("| other load before the run | %s cores busy over 2 s before anything of the run started (load average %s)%s |" % (
         fmt(busy, 2), r.get("loadavg", "?"),
