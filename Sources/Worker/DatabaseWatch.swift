@@ -49,11 +49,13 @@ final class DatabaseWatch: Sendable {
         }
     }
 
-    /// PostgreSQL itself away (unreachable, refusing writes, out of resources or storage), not one
-    /// transaction's contention: a deadlock, a serialization failure or a lock or statement timeout is
-    /// retried like any unavailability, but holds no intake off and logs no outage.
+    /// PostgreSQL itself away (unreachable, refusing writes, out of resources or storage), not contention: a
+    /// deadlock, a serialization failure, a lock or statement timeout, or no pool connection free in time
+    /// (every one busy, e.g. queued behind one purchase's lock) is retried like any unavailability, but holds
+    /// no intake off and logs no outage. A server that stops answering fails the busy connections' own
+    /// statements, and those count.
     static func isOutage(_ error: PostgresError) -> Bool {
-        guard error.isUnavailable else { return false }
+        guard error.isUnavailable, error.code != .busy else { return false }
         switch error.sqlState {
         case "40001", "40P01", "55P03", "57014": return false
         default: return true

@@ -25,6 +25,27 @@ struct DatabaseWatchTests {
         #expect(watch.isAway == away, "\(error)")
     }
 
+    @Test("no pool connection free within the acquire timeout is unavailable (retried, 503) but no outage: PostgreSQL answers")
+    func poolBusy() async throws {
+        let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1, acquireTimeout: .milliseconds(300))
+        let (held, holding) = AsyncStream<Void>.makeStream()
+        let holder = Task {
+            try await database.withConnection { session in
+                holding.yield()
+                try await session.query("SELECT pg_sleep(2)")
+            }
+        }
+        for await _ in held { break }
+        let refused = await #expect(throws: PostgresError.self) { try await database.query("SELECT 1") }
+        let error = try #require(refused)
+        #expect(error.isUnavailable, "\(error)")
+        let watch = DatabaseWatch()
+        #expect(!watch.note(error), "\(error)")
+        #expect(!watch.isAway)
+        _ = try await holder.value
+        await database.shutdown()
+    }
+
     @Test("after a trial that found PostgreSQL away again, the next probe waits longer, doubling up to 30 s")
     func trialPause() {
         let interval = Duration.seconds(1)

@@ -236,7 +236,7 @@ public final class PostgresClient: Sendable {
                 }
                 for waiter in expired {
                     waiter.continuation.resume(
-                        throwing: PostgresError(.connection, "no PostgreSQL connection came free within \(self.acquireTimeout): every one is busy")
+                        throwing: PostgresError(.busy, "no PostgreSQL connection came free within \(self.acquireTimeout): every one is busy")
                     )
                 }
                 if let (waiter, lease) = opener { waiter.continuation.resume(returning: lease) }

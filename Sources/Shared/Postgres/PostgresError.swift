@@ -7,13 +7,16 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     /// What kind of failure this is.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         fileprivate enum Base: String, Hashable, Sendable {
-            case connection, server, decoding, closed, misuse
+            case connection, busy, server, decoding, closed, misuse
         }
 
         fileprivate let base: Base
 
         /// The server could not be reached, or the connection broke.
         public static let connection = Code(base: .connection)
+        /// No connection of the pool came free in time: PostgreSQL answers, and every connection is busy (long
+        /// statements, or callers queued behind a lock). Unavailable, but not an outage.
+        public static let busy = Code(base: .busy)
         /// The server refused the statement; see ``PostgresError/sqlState``.
         public static let server = Code(base: .server)
         /// A value in a row is not of the Swift type asked for.
@@ -67,7 +70,7 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     /// short of resources (class 53: disk full, out of memory, too many connections) or failing its
     /// storage (class 58: an I/O error).
     public var isUnavailable: Bool {
-        guard !self.isConnectionFailure else { return true }
+        guard !self.isConnectionFailure, self.code != .busy else { return true }
         switch self.sqlState {
         case "57014", "55P03", "40001", "40P01", "25006": return true
         case let state?: return state.hasPrefix("53") || state.hasPrefix("58")
