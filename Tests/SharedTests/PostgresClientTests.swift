@@ -587,6 +587,32 @@ struct PostgresClientTests {
         }
     }
 
+    @Test("a caller waiting for a busy pool stops waiting when its task is cancelled (a worker's shutdown), and the pool serves on")
+    func cancelledWhileWaiting() async throws {
+        let client = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1, acquireTimeout: .seconds(10))
+        try await TestEnvironment.using(client) {
+            let (held, holding) = AsyncStream<Void>.makeStream()
+            let holder = Task {
+                try await client.withConnection { session in
+                    holding.yield()
+                    try await session.query("SELECT pg_sleep(4)")
+                }
+            }
+            for await _ in held { break }
+            let clock = ContinuousClock()
+            let asked = clock.now
+            let waiting = Task { try await client.query("SELECT 1") }
+            // Cancelled while it waits, or (on a slow machine) before it began to: the same error either way.
+            try await Task.sleep(for: .milliseconds(200))
+            waiting.cancel()
+            await #expect(throws: CancellationError.self) { try await waiting.value }
+            // The connection comes free after 4 s, the acquire timeout is 10 s.
+            #expect(clock.now - asked < .seconds(2), "it waited for the connection")
+            _ = try await holder.value
+            #expect(await client.ping(), "the pool serves the next caller")
+        }
+    }
+
     @Test("statements are bounded by a statement timeout (15 s unless the URL's options say otherwise); the URL's settings win over the defaults, not over UTC")
     func statementTimeoutAndURLSettings() async throws {
         let base = try await TestEnvironment.freshDatabase()

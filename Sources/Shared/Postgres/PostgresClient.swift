@@ -15,7 +15,8 @@ import Synchronization
 /// connection left, every caller waiting gets the refusal.
 ///
 /// Nothing waits for good: a caller that finds every connection busy for `acquireTimeout` gets an error
-/// (a 503 in the API), and each statement is bounded by the session's `statement_timeout` (see
+/// (``PostgresError/Code/busy``, a 503 in the API), one whose task is cancelled meanwhile stops waiting
+/// (`CancellationError`), and each statement is bounded by the session's `statement_timeout` (see
 /// ``PostgresConnection``), so a stalled PostgreSQL (a lock held by an idle transaction, a stuck disk)
 /// is reported instead of holding requests and health checks. A server that does not answer even then
 /// (a stopped backend) loses the connection ``PostgresConnection/answerGrace`` later.
@@ -24,6 +25,7 @@ public final class PostgresClient: Sendable {
     private typealias Lease = (slot: PostgresSlot, isNew: Bool)
 
     private struct Waiter {
+        let id: UInt64
         let deadline: ContinuousClock.Instant
         let continuation: CheckedContinuation<Lease, any Error>
     }
@@ -35,6 +37,7 @@ public final class PostgresClient: Sendable {
         /// In order of their deadlines, which is the order they came in, except for a caller that waits again
         /// after a connection could not be opened (it keeps the deadline it began with).
         var waiters: [Waiter] = []
+        var lastWaiterID: UInt64 = 0
         /// Whether a task serves the waiters (deadlines, the end of a pause); one at most, only while any wait.
         var sweeping = false
         var closed = false
@@ -161,21 +164,36 @@ public final class PostgresClient: Sendable {
         try? await self.threadPool.shutdownGracefully()
     }
 
-    /// A free slot, or a new one to open; waits for one until `deadline`.
+    /// A free slot, or a new one to open; waits for one until `deadline`, or until the caller's task is
+    /// cancelled (a worker's shutdown cutting its jobs off): then `CancellationError`.
     private func acquire(until deadline: ContinuousClock.Instant) async throws -> Lease {
-        try await withCheckedThrowingContinuation { continuation in
-            let (leased, sweep) = self.state.withLock { state -> (Result<Lease, PostgresError>?, Bool) in
-                if state.closed { return (.failure(PostgresError(.closed, "the PostgreSQL client is shut down")), false) }
-                if let slot = state.idle.popLast() { return (.success((slot, false)), false) }
-                if state.mayOpen(below: self.maxConnections, now: .now) { return (.success(state.newSlot()), false) }
-                // In deadline order: a caller waiting again after a connection could not be opened keeps its first deadline.
-                let index = state.waiters.lastIndex { $0.deadline <= deadline }.map { $0 + 1 } ?? 0
-                state.waiters.insert(Waiter(deadline: deadline, continuation: continuation), at: index)
-                defer { state.sweeping = true }
-                return (nil, !state.sweeping)
+        let id = self.state.withLock { state in
+            state.lastWaiterID &+= 1
+            return state.lastWaiterID
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let (leased, sweep) = self.state.withLock { state -> (Result<Lease, any Error>?, Bool) in
+                    if state.closed { return (.failure(PostgresError(.closed, "the PostgreSQL client is shut down")), false) }
+                    if let slot = state.idle.popLast() { return (.success((slot, false)), false) }
+                    if state.mayOpen(below: self.maxConnections, now: .now) { return (.success(state.newSlot()), false) }
+                    // Cancelled before it could wait: the handler below found nothing to take out.
+                    if Task.isCancelled { return (.failure(CancellationError()), false) }
+                    // In deadline order: a caller waiting again after a connection could not be opened keeps its first deadline.
+                    let index = state.waiters.lastIndex { $0.deadline <= deadline }.map { $0 + 1 } ?? 0
+                    state.waiters.insert(Waiter(id: id, deadline: deadline, continuation: continuation), at: index)
+                    defer { state.sweeping = true }
+                    return (nil, !state.sweeping)
+                }
+                if let leased { continuation.resume(with: leased) }
+                if sweep { self.sweepWaiters() }
             }
-            if let leased { continuation.resume(with: leased) }
-            if sweep { self.sweepWaiters() }
+        } onCancel: {
+            // Whoever takes the waiter out under the lock resumes it: this handler, a release, the sweep or a shutdown.
+            let waiter = self.state.withLock { state in
+                state.waiters.firstIndex { $0.id == id }.map { state.waiters.remove(at: $0) }
+            }
+            waiter?.continuation.resume(throwing: CancellationError())
         }
     }
 
