@@ -192,10 +192,11 @@ public struct GrantStore: Sendable {
         // a later refund of one of them then finds what it has to take back.
         let counted = request.product.kind == .autoRenewable
             ? request.renewals.filter { !$0.isCancelled && $0.transactionId != transaction.transactionId } : []
+        let digest = counted.isEmpty ? "" : ReceiptDigest.hex(of: job.receiptData)
         let renewals = counted.map {
             Self.renewalStatement(
                 $0, owner: job.customerEmail, product: request.product, publisherId: job.publisherId, appId: request.app.id,
-                environment: request.environment, receiptData: job.receiptData, verifiedAt: request.verifiedAt
+                environment: request.environment, receiptDigest: digest, verifiedAt: request.verifiedAt
             )
         }
         try await session.pipeline([write] + renewals + [
@@ -402,19 +403,19 @@ public struct GrantStore: Sendable {
         }
     }
 
-    /// Records a subscription's periods for its owner and extends the owner's access to the latest one's end;
-    /// returns how many entitlements were extended.
+    /// Records a subscription's periods for its owner and extends the owner's access to the latest one's end, in
+    /// one round trip however many periods a years-old subscription lists; returns how many entitlements were
+    /// extended.
     private static func extend(_ renewal: Renewal, evidence: Evidence, session: PostgresSession) async throws -> Int {
-        let customer = renewal.holder.customerEmail
-        for entry in renewal.entries {
-            let (sql, parameters) = Self.renewalStatement(
-                entry, owner: customer, product: renewal.product, publisherId: evidence.publisherId, appId: evidence.appId,
-                environment: evidence.environment, receiptData: evidence.job.receiptData, verifiedAt: evidence.verifiedAt
+        let digest = ReceiptDigest.hex(of: evidence.job.receiptData)
+        let periods = renewal.entries.map {
+            Self.renewalStatement(
+                $0, owner: renewal.holder.customerEmail, product: renewal.product, publisherId: evidence.publisherId,
+                appId: evidence.appId, environment: evidence.environment, receiptDigest: digest, verifiedAt: evidence.verifiedAt
             )
-            try await session.query(sql, parameters)
         }
-        let (sql, parameters) = Self.extendStatement(renewal, publisherId: evidence.publisherId)
-        return try await session.query(sql, parameters).affectedRows
+        let results = try await session.pipeline(periods + [Self.extendStatement(renewal, publisherId: evidence.publisherId)])
+        return results.last?.affectedRows ?? 0
     }
 
     /// Moves the owner's unrevoked access to the renewal's end, if that is later.
@@ -500,7 +501,7 @@ public struct GrantStore: Sendable {
     /// owner's own job for it then grants it in full, instead of finding it done.
     private static func renewalStatement(
         _ entry: AppleTransaction, owner: String, product: Product, publisherId: UUID, appId: UUID, environment: String,
-        receiptData: String, verifiedAt: Date
+        receiptDigest: String, verifiedAt: Date
     ) -> (String, [any PostgresEncodable]) {
         (
             """
@@ -521,7 +522,7 @@ public struct GrantStore: Sendable {
             """,
             [
                 publisherId, appId, product.id, entry.transactionId, entry.originalTransactionId, entry.productId,
-                owner, product.offerId, environment, String?.none, ReceiptDigest.hex(of: receiptData),
+                owner, product.offerId, environment, String?.none, receiptDigest,
                 entry.purchaseDateMilliseconds.map(Self.date), entry.expiresDateMilliseconds.map(Self.date), verifiedAt,
             ]
         )
