@@ -9,7 +9,7 @@ struct AppleAnswerDecodingTests {
     }
 
     static func read(_ json: String) -> AppleAnswer? {
-        Array(json.utf8).withUnsafeBytes { JSONValue.object($0, maxDepth: 32) }.flatMap { try? AppleAnswer(object: $0) }
+        Array(json.utf8).withUnsafeBytes { JSONValue.object($0, maxDepth: 32, maxValues: AppleVerdict.maxAnswerValues) }.flatMap { try? AppleAnswer(object: $0) }
     }
 
     @Test("millisecond values decode from strings")

@@ -135,6 +135,17 @@ struct AppleVerdictTests {
         #expect(verdict == .retry(detail: detail, attemptLimit: nil, exhausted: .failed(.appleUnavailable)))
     }
 
+    @Test("an answer of more values than any real one holds is not read (a transport failure, tried again), so it cannot parse into hundreds of MB")
+    func valueLimit() throws {
+        // The answer, its status and its array: three values, then the array's zeros.
+        func answer(zeros: Int) -> String {
+            #"{"status":21004,"pad":["# + Array(repeating: "0", count: zeros).joined(separator: ",") + "]}"
+        }
+        let read = try #require(Self.classify(body: answer(zeros: AppleVerdict.maxAnswerValues - 3)))
+        #expect(Self.shape(read) == .fail(.sharedSecretMismatch))
+        #expect(Self.classify(body: answer(zeros: AppleVerdict.maxAnswerValues - 2)) == nil)
+    }
+
     static func classify(body: String) -> AppleVerdict? {
         Array(body.utf8).withUnsafeBytes { AppleVerdict.classify(body: $0) }
     }

@@ -7,14 +7,14 @@ import Testing
 /// `JSONValue.parse`: RFC 8259, strictly, checked against Foundation's `JSONSerialization` as an oracle.
 @Suite("JSONValue")
 struct JSONValueTests {
-    static func parse(_ bytes: [UInt8], maxDepth: Int = 32) throws(JSONValue.ParseError) -> JSONValue {
+    static func parse(_ bytes: [UInt8], maxDepth: Int = 32, maxValues: Int = .max) throws(JSONValue.ParseError) -> JSONValue {
         try bytes.withUnsafeBytes { raw in
-            Result { () throws(JSONValue.ParseError) in try JSONValue.parse(raw, maxDepth: maxDepth) }
+            Result { () throws(JSONValue.ParseError) in try JSONValue.parse(raw, maxDepth: maxDepth, maxValues: maxValues) }
         }.get()
     }
 
-    static func parse(_ text: String, maxDepth: Int = 32) throws(JSONValue.ParseError) -> JSONValue {
-        try Self.parse(Array(text.utf8), maxDepth: maxDepth)
+    static func parse(_ text: String, maxDepth: Int = 32, maxValues: Int = .max) throws(JSONValue.ParseError) -> JSONValue {
+        try Self.parse(Array(text.utf8), maxDepth: maxDepth, maxValues: maxValues)
     }
 
     @Test("values of every kind, with whitespace, escapes and surrogate pairs")
@@ -40,7 +40,7 @@ struct JSONValueTests {
         #expect(throws: JSONValue.ParseError.duplicateKey("offerId")) { try Self.parse(#"[{"receipt":{"offerId":null,"offerId":"A"}}]"#) }
         #expect(throws: JSONValue.ParseError.duplicateKey("k")) { try Self.parse(#"{"k":1,"\u006b":2}"#) }
         #expect(try Self.parse(#"{"k":{"k":1},"K":2}"#) == .object(["k": .object(["k": .number("1")]), "K": .number("2")]))
-        #expect(Array(#"{"status":0,"status":21003}"#.utf8).withUnsafeBytes { JSONValue.object($0, maxDepth: 4) } == nil, "an answer from Apple too")
+        #expect(Array(#"{"status":0,"status":21003}"#.utf8).withUnsafeBytes { JSONValue.object($0, maxDepth: 4, maxValues: 10) } == nil, "an answer from Apple too")
     }
 
     @Test("texts that are not JSON are refused", arguments: [
@@ -68,6 +68,17 @@ struct JSONValueTests {
         #expect(throws: JSONValue.ParseError.tooDeep) { try Self.parse(String(repeating: "{\"a\":", count: 40) + "1" + String(repeating: "}", count: 40)) }
         #expect(throws: JSONValue.ParseError.tooDeep) { try Self.parse(String(repeating: "[", count: 200_000)) }
         #expect(throws: JSONValue.ParseError.malformed) { try Self.parse("[[[1,]]]") }
+    }
+
+    @Test("values are counted as they are read, members, elements and the text's own value alike: maxValues passes, one more is refused")
+    func valueCount() throws {
+        // An object of two members, one an array of three: 1 + 2 + 3 values.
+        let text = #"{"a":[1,"x",null],"b":{}}"#
+        #expect(throws: Never.self) { try Self.parse(text, maxValues: 6) }
+        #expect(throws: JSONValue.ParseError.tooManyValues) { try Self.parse(text, maxValues: 5) }
+        #expect(throws: JSONValue.ParseError.tooManyValues) { try Self.parse("0", maxValues: 0) }
+        // Refused as soon as the limit is passed, before the rest is read (the rest here is not even JSON).
+        #expect(throws: JSONValue.ParseError.tooManyValues) { try Self.parse("[" + String(repeating: "0,", count: 100) + "?", maxValues: 10) }
     }
 
     // MARK: Against JSONSerialization

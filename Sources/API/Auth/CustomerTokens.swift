@@ -88,7 +88,7 @@ struct CustomerTokens: Sendable {
         var base64 = String(token[..<dot]).replacing("-", with: "+").replacing("_", with: "/")
         base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
         guard let header = Data(base64Encoded: base64),
-            let fields = header.withUnsafeBytes({ JSONValue.object($0, maxDepth: 2) })
+            let fields = header.withUnsafeBytes({ JSONValue.object($0, maxDepth: 2, maxValues: 64) })
         else { return false }
         return fields["alg"] == .string("HS256")
     }

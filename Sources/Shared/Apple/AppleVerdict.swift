@@ -84,6 +84,9 @@ public enum AppleVerdict: Sendable, Equatable {
         }
     }
 
+    /// Most values read in an answer (a parsed value of an answer of tiny ones takes about 25 bytes).
+    static let maxAnswerValues = 500_000
+
     /// Classifies the body of an HTTP 200 answer, or `nil` when it is not verifyReceipt JSON (not an
     /// object, or no status). An answer whose status reads but whose rest does not (Apple's iOS 6-style
     /// answers: `receipt` without `bundle_id`, `latest_receipt_info` an object) is classified on its status
@@ -91,8 +94,10 @@ public enum AppleVerdict: Sendable, Equatable {
     /// status 0 that cannot be checked ends the job `failed` `internal` at once, for an operator, instead of
     /// asking Apple again for hours as if it were down.
     public static func classify(body bytes: UnsafeRawBufferPointer, environment: VerifyReceiptClient.Environment = .production) -> AppleVerdict? {
-        // Apple's answers nest four deep (answer, receipt, in_app, transaction); the limit bounds a hostile one.
-        guard let object = JSONValue.object(bytes, maxDepth: 32) else { return nil }
+        // Apple's answers nest four deep (answer, receipt, in_app, transaction), and hold a few dozen values per
+        // transaction (some thousands for a subscription years old): the limits bound a hostile answer, whose
+        // 16 MiB of tiny values would otherwise parse into about 200 MB.
+        guard let object = JSONValue.object(bytes, maxDepth: 32, maxValues: Self.maxAnswerValues) else { return nil }
         if let answer = try? AppleAnswer(object: object) { return Self.classify(answer, environment: environment) }
         guard let status = try? AppleAnswer.status(object) else { return nil }
         let detail = "\(Self.statusDetailPrefix)\(status), in a shape Tollgate does not read (an iOS 6-style receipt?)"

@@ -68,7 +68,7 @@ extension ReceiptJob {
     /// is not a job, or one of a later ``payloadVersion``.
     public init?(json: String) {
         var json = json
-        guard let object = json.withUTF8({ JSONValue.object(UnsafeRawBufferPointer($0), maxDepth: 1) }) else { return nil }
+        guard let object = json.withUTF8({ JSONValue.object(UnsafeRawBufferPointer($0), maxDepth: 1, maxValues: 64) }) else { return nil }
         if let version = object.present("v") {
             guard case .number(let literal) = version, let number = Int(literal), (1...Self.payloadVersion).contains(number) else { return nil }
         }

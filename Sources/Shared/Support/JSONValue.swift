@@ -18,6 +18,9 @@ public enum JSONValue: Equatable, Sendable {
         case malformed
         /// Arrays and objects nested deeper than allowed.
         case tooDeep
+        /// More values than allowed. A parsed value takes 13 to 25 times the bytes of a text of tiny ones
+        /// (`[0,0,…]`: 1 MiB became 13 MB), so the bytes alone do not bound the memory.
+        case tooManyValues
         /// An object names the same member twice. RFC 8259 leaves what that means to the reader, so two
         /// readers of one text may see two values (a publisher's middleware one offer, Tollgate another; an
         /// answer from Apple two statuses): refused rather than guessed (I-JSON, RFC 7493 §2.3).
@@ -27,9 +30,11 @@ public enum JSONValue: Equatable, Sendable {
     /// Parses one JSON text: a value with optional whitespace around it, in UTF-8.
     ///
     /// An object that names a member twice is refused (``ParseError/duplicateKey(_:)``). Nesting deeper than `maxDepth` arrays and objects is
-    /// refused as soon as it is reached, so a hostile body cannot make the parser recurse deeply.
-    public static func parse(_ bytes: UnsafeRawBufferPointer, maxDepth: Int) throws(ParseError) -> JSONValue {
-        var parser = Parser(bytes: bytes, maxDepth: maxDepth)
+    /// refused as soon as it is reached, so a hostile body cannot make the parser recurse deeply, and so is a
+    /// text holding more than `maxValues` values (every member, element and the text's own value count), so it
+    /// cannot make the parser build a tree many times its size.
+    public static func parse(_ bytes: UnsafeRawBufferPointer, maxDepth: Int, maxValues: Int) throws(ParseError) -> JSONValue {
+        var parser = Parser(bytes: bytes, maxDepth: maxDepth, maxValues: maxValues)
         parser.skipWhitespace()
         let value = try parser.value(depth: 0)
         parser.skipWhitespace()
@@ -38,9 +43,9 @@ public enum JSONValue: Equatable, Sendable {
     }
 
     /// The members of one JSON object in `bytes`, or `nil` when they are not one (or nest deeper than
-    /// `maxDepth`).
-    public static func object(_ bytes: UnsafeRawBufferPointer, maxDepth: Int) -> [String: JSONValue]? {
-        guard case .object(let members)? = try? Self.parse(bytes, maxDepth: maxDepth) else { return nil }
+    /// `maxDepth`, or hold more than `maxValues` values).
+    public static func object(_ bytes: UnsafeRawBufferPointer, maxDepth: Int, maxValues: Int) -> [String: JSONValue]? {
+        guard case .object(let members)? = try? Self.parse(bytes, maxDepth: maxDepth, maxValues: maxValues) else { return nil }
         return members
     }
 }
@@ -57,10 +62,13 @@ private struct Parser {
     let bytes: UnsafeRawBufferPointer
     let maxDepth: Int
     var position = 0
+    /// Values still allowed.
+    var valuesLeft: Int
 
-    init(bytes: UnsafeRawBufferPointer, maxDepth: Int) {
+    init(bytes: UnsafeRawBufferPointer, maxDepth: Int, maxValues: Int) {
         self.bytes = bytes
         self.maxDepth = maxDepth
+        self.valuesLeft = maxValues
     }
 
     private var current: UInt8? { self.position < self.bytes.count ? self.bytes[self.position] : nil }
@@ -72,6 +80,8 @@ private struct Parser {
     }
 
     mutating func value(depth: Int) throws(JSONValue.ParseError) -> JSONValue {
+        guard self.valuesLeft > 0 else { throw .tooManyValues }
+        self.valuesLeft -= 1
         guard let byte = self.current else { throw .malformed }
         switch byte {
         case UInt8(ascii: "{"): return try self.object(depth: depth + 1)

@@ -36,6 +36,18 @@ struct PaymentSubmissionTests {
 
     static let rd = PaymentSubmissionTests.receiptData
 
+    /// A valid submission with an unknown member `pad` holding `count` zeros.
+    static func padded(_ count: Int) -> String {
+        #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"pad":["#
+            + Array(repeating: "0", count: count).joined(separator: ",") + "]}"
+    }
+
+    @Test("a body of exactly 10,000 JSON values is read; one more is refused, before any field is looked at")
+    func valueLimit() throws {
+        #expect(try Self.parse(Self.padded(9_994)).offerId == "o")
+        #expect(throws: APIError.self) { try Self.parse(Self.padded(9_995)) }
+    }
+
     static let refusals: [Refusal] = [
         // 400: not a JSON object.
         Refusal("empty body", "", .badRequest, "malformed_json", nil),
@@ -45,6 +57,8 @@ struct PaymentSubmissionTests {
         Refusal("a JSON string", #""hello""#, .badRequest, "malformed_json", nil),
         Refusal("JSON null", "null", .badRequest, "malformed_json", nil),
         Refusal("offerId twice", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)"},"offerId":"p"}"#, .badRequest, "duplicate_key", nil),
+        // Six values of the submission's own, and an unknown member's array: 10,001 in all.
+        Refusal("10,001 JSON values", Self.padded(9_995), .badRequest, "too_many_values", nil),
         Refusal("transactionId twice", #"{"customerEmail":"v@example.com","offerId":"o","receipt":{"receiptData":"\#(rd)","transactionId":"1","transactionId":"2"}}"#, .badRequest, "duplicate_key", nil),
         // 400: missing fields.
         Refusal("missing customerEmail", #"{"offerId":"o","receipt":{"receiptData":"\#(rd)"}}"#, .badRequest, "missing_field", "customerEmail"),
