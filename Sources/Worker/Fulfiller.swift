@@ -26,7 +26,7 @@ struct Fulfiller: Sendable {
             return try await self.run(job, logger: logger)
         } catch {
             logger.warning("fulfilment interrupted", metadata: ["error": "\(LoggableError.describe(error))"])
-            if self.database.note(error) { return .outage(detail: LoggableError.describe(error)) }
+            if self.database.note(error) || Self.isContention(error) { return .outage(detail: LoggableError.describe(error)) }
             return .retry(.internal, detail: LoggableError.describe(error), attemptLimit: nil, exhausted: .failed(.internal))
         }
     }
@@ -44,9 +44,15 @@ struct Fulfiller: Sendable {
         } catch {
             logger.warning("cannot look up an earlier attempt's grant", metadata: ["error": "\(error)"])
             let detail = "looking up an earlier attempt's grant: \(LoggableError.describe(error))"
-            if self.database.note(error) { return .outage(detail: detail) }
+            if self.database.note(error) || Self.isContention(error) { return .outage(detail: detail) }
             return .retry(.internal, detail: detail, attemptLimit: nil, exhausted: .failed(.internal))
         }
+    }
+
+    /// Every connection of the pool busy past the acquire timeout, PostgreSQL answering (jobs queued behind
+    /// one purchase's lock, a pool small for the concurrency): no outage, but no fault of the job's either.
+    private static func isContention(_ error: any Error) -> Bool {
+        (error as? PostgresError)?.code == .busy
     }
 
     private func run(_ job: ReceiptJob, logger: Logger) async throws -> FulfilmentOutcome {

@@ -55,10 +55,13 @@ struct JobProcessor: Sendable {
                 await self.record(committed, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
                 return
             }
+            // A shutdown cut the lookup off: nothing was learnt, and a claim asks again.
+            guard !Task.isCancelled else { return }
             var detail = "poison: started \(attempt) times without finishing"
             switch committed {
             case .outage?:
-                // However many starts: the watch now holds intake off until PostgreSQL is back.
+                // However many starts: PostgreSQL away (the watch now holds intake off until it is back), or
+                // every connection busy.
                 fallthrough
             case .retry? where attempt <= self.maxStarts + Self.poisonLookupPatience:
                 // PostgreSQL cannot tell whether it granted (away; or a timeout): the entry stays pending, and a
@@ -186,7 +189,8 @@ struct JobProcessor: Sendable {
         case .failed(let reason, let detail):
             try await self.deadLetter(delivery, job: job, reason: reason, detail: detail, now: now, logger: logger)
         case .outage(let detail):
-            // PostgreSQL away is no fault of the job's: the attempt is taken back, and only the age limit ends it.
+            // PostgreSQL away, or its connections all busy, is no fault of the job's: the attempt is taken back, and
+            // only the age limit ends it.
             guard self.retry.allowsAnotherAttempt(after: attempt - 1, ageMilliseconds: now - acceptedAt) else {
                 return try await self.deadLetterUndecided(delivery, job: job, reason: .internal, detail: detail, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
             }
@@ -194,7 +198,7 @@ struct JobProcessor: Sendable {
             let parking = try await self.queue.retry(delivery, jobId: job.jobId, dueAt: due, reason: .internal, now: now, counts: false)
             guard case .parked(let parked) = parking else { return Self.notParked(parking, logger: logger) }
             WorkerMetrics.job(status: .retrying, reason: .internal)
-            logger.info("retrying once PostgreSQL is back; the attempt is not spent", metadata: ["detail": "\(detail)", "delay_ms": "\(max(0, parked - now))"])
+            logger.info("retrying once PostgreSQL can serve it; the attempt is not spent", metadata: ["detail": "\(detail)", "delay_ms": "\(max(0, parked - now))"])
         case .retry(let reason, let detail, let limit, let exhausted):
             // A verdict's own limit counts the attempts that ended with that same answer (21002 three
             // times), not every attempt: timeouts before it must not use it up.

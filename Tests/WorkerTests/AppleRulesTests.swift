@@ -567,6 +567,38 @@ struct AppleRulesTests {
         }
     }
 
+    @Test("every PostgreSQL connection of the worker busy past the acquire timeout parks the attempt without spending it, and holds no intake off")
+    func poolBusy() async throws {
+        try await WorkerHarness.with { harness in
+            let (_, jobId) = try await Self.submitPremium(harness)
+            let busy = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1, acquireTimeout: .milliseconds(300))
+            try await TestEnvironment.using(busy) {
+                let (held, holding) = AsyncStream<Void>.makeStream()
+                let holder = Task {
+                    try await busy.withConnection { session in
+                        holding.yield()
+                        try await session.query("SELECT pg_sleep(3)")
+                    }
+                }
+                for await _ in held { break }
+                let fulfiller = Fulfiller(catalog: harness.catalog, grants: GrantStore(database: busy), queue: harness.queue, apple: harness.emulatorFulfiller().apple)
+                let processor = JobProcessor(
+                    queue: harness.queue, fulfiller: fulfiller, retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60),
+                    logger: Logger(label: "test.worker")
+                )
+                let delivery = try #require(try await harness.queue.readNew(consumer: "busy", count: 1, blockMilliseconds: 100, blockingClient: harness.redis).first)
+                await processor.process(delivery)
+                let record = try await harness.record(jobId)
+                #expect(record.status == .retrying, "\(record)")
+                #expect(record.reason == "internal", "\(record)")
+                #expect(record.attempts == 0, "contention gives the attempt back: \(record)")
+                #expect(!fulfiller.database.isAway, "PostgreSQL answers: no outage")
+                _ = try await holder.value
+            }
+            try await harness.expectNothingGranted()
+        }
+    }
+
     @Test("a connection error (nothing listening) is retried until the policy's limit, then failed apple_unavailable")
     func connectionRefused() async throws {
         // Port 1 on loopback: nothing listens there, so every call is refused.

@@ -10,8 +10,10 @@ public enum FulfilmentOutcome: Sendable, Equatable {
     /// Try again later, within `attemptLimit` attempts that end with the same `detail` and the policy's limit
     /// on all attempts; `exhausted` is the end once out of attempts.
     case retry(JobReason, detail: String, attemptLimit: Int?, exhausted: AppleVerdict.Exhaustion)
-    /// PostgreSQL was away (unreachable, refusing writes, out of storage): try again once it is back. Not the
-    /// job's fault, so the attempt is not spent; the policy's age limit still ends it.
+    /// PostgreSQL could not serve the job: away (unreachable, refusing writes, out of storage), or every
+    /// connection of the worker's pool busy past the acquire timeout. Try again later; not the job's fault, so
+    /// the attempt is not spent, and the policy's age limit still ends it. Only PostgreSQL away holds the
+    /// worker's intake off (``DatabaseWatch``).
     case outage(detail: String)
 
     /// Whether Apple's answer and the ledger decided the job (granted or rejected), rather than the
