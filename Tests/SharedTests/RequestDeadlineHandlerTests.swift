@@ -49,6 +49,8 @@ struct RequestDeadlineHandlerTests {
         Self.serverReads(channel)
         channel.embeddedEventLoop.advanceTime(by: .seconds(60))
         #expect(channel.isActive)
+        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
+        try channel.writeOutbound(HTTPResponsePart.end(nil))
 
         try channel.writeInbound(Self.head)
         Self.serverReads(channel)
@@ -58,7 +60,7 @@ struct RequestDeadlineHandlerTests {
         #expect(!channel.isActive)
     }
 
-    @Test("while the server holds reads back, the deadline waits; once it reads again, a body still missing closes the connection")
+    @Test("while the server holds reads back the deadline moves on by as long: the client still has its 2 s once the server reads again")
     func serverHoldsReadsBack() throws {
         let channel = try Self.connected()
         try channel.writeInbound(Self.head)
@@ -66,6 +68,39 @@ struct RequestDeadlineHandlerTests {
         channel.embeddedEventLoop.advanceTime(by: .seconds(10))
         #expect(channel.isActive)
         Self.serverReads(channel)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1900))
+        #expect(channel.isActive)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
+        #expect(!channel.isActive)
+    }
+
+    @Test("a pipelined request's deadline closes the connection only once the response to the request before it is written")
+    func pipelined() throws {
+        let channel = try Self.connected()
+        try channel.writeInbound(Self.head)
+        try channel.writeInbound(HTTPRequestPart.end(nil))
+        try channel.writeInbound(Self.head)
+        Self.serverReads(channel)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(3))
+        #expect(channel.isActive, "the first request, read whole, is still being answered")
+        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
+        try? channel.writeOutbound(HTTPResponsePart.end(nil))
+        #expect(!channel.isActive)
+        #expect(try channel.readOutbound(as: HTTPResponsePart.self) == .head(HTTPResponse(status: .ok)))
+        #expect(try channel.readOutbound(as: HTTPResponsePart.self) == .end(nil), "the response was written before the close")
+    }
+
+    @Test("a request answered before its body (a 401), whose body then trickles, is closed at its deadline")
+    func answeredEarly() throws {
+        let channel = try Self.connected()
+        try channel.writeInbound(Self.head)
+        Self.serverReads(channel)
+        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .unauthorized)))
+        try channel.writeOutbound(HTTPResponsePart.end(nil))
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1900))
+        try channel.writeInbound(Self.byte)
+        Self.serverReads(channel)
+        #expect(channel.isActive)
         channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
         #expect(!channel.isActive)
     }

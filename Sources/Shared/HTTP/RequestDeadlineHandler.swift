@@ -13,7 +13,7 @@ extension HTTPServerBuilder {
         let timeout = TimeAmount.seconds(Int64(idleTimeoutSeconds))
         return .http1(configuration: .init(
             additionalChannelHandlers: [RequestDeadlineHandler(timeout: timeout, logger: logger)],
-            idleTimeout: .seconds(Int64(idleTimeoutSeconds))
+            idleTimeout: timeout
         ))
     }
 }
@@ -23,10 +23,12 @@ extension HTTPServerBuilder {
 /// Hummingbird's idle timeout counts from the last part read, and every piece of a body is a part: a client
 /// that sends a body a byte a minute would hold its connection, and the body read so far (up to 1 MiB), for
 /// good, and a few thousand such clients need no credentials. With this handler a request's body must follow
-/// its head within the timeout. Only the client's delay counts: while the server is not reading (its handler
-/// has not got to the body yet, and the channel holds reads back), the deadline waits. A request read whole
-/// is never cut while the server works on it, and a keep-alive connection between requests is left to the
-/// idle timeout.
+/// its head within the timeout.
+///
+/// Only the client's time counts: while the server holds reads back (its handler has not got to the body
+/// yet, and the channel stops reading), the deadline moves on by as long. A request read whole is never cut
+/// while the server works on it, a response still owed for an earlier pipelined request is written before
+/// the connection closes, and a keep-alive connection between requests is left to the idle timeout.
 ///
 /// Add one per connection, after the HTTP codec (Hummingbird's `additionalChannelHandlers`).
 public final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
@@ -37,9 +39,16 @@ public final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChanne
 
     private let timeout: TimeAmount
     private let logger: Logger
-    private var deadline: Scheduled<Void>?
-    /// A read asked for and not yet answered: the server waits on the client.
-    private var reading = false
+    /// When the request being read must be whole, in the client's time; nil when none is being read.
+    private var deadline: NIODeadline?
+    /// Since when the server has held reads back, while a request is being read.
+    private var heldSince: NIODeadline?
+    private var timer: Scheduled<Void>?
+    /// Request heads read, and responses ended: in order, so the responses owed are the difference.
+    private var heads = 0
+    private var answered = 0
+    /// The deadline passed while an earlier request's response was owed: close once it is written.
+    private var closeOnceAnswered = false
 
     public init(timeout: TimeAmount, logger: Logger) {
         self.timeout = timeout
@@ -49,54 +58,81 @@ public final class RequestDeadlineHandler: ChannelDuplexHandler, RemovableChanne
     public func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch self.unwrapInboundIn(data) {
         case .head:
-            self.cancel()
-            self.schedule(context: context, in: self.timeout)
+            self.heads += 1
+            self.deadline = context.eventLoop.now + self.timeout
+            self.heldSince = nil
+            self.arm(context: context)
         case .body:
             break
         case .end:
-            self.cancel()
+            self.deadline = nil
+            self.heldSince = nil
+            self.closeOnceAnswered = false
+            self.disarm()
         }
         context.fireChannelRead(data)
     }
 
+    /// A read cycle ended: until the server asks for more, it holds reads back, and the time is its own.
     public func channelReadComplete(context: ChannelHandlerContext) {
-        self.reading = false
+        if self.deadline != nil, self.heldSince == nil {
+            self.heldSince = context.eventLoop.now
+            self.disarm()
+        }
         context.fireChannelReadComplete()
     }
 
     public func read(context: ChannelHandlerContext) {
-        self.reading = true
+        if let held = self.heldSince, let deadline = self.deadline {
+            self.deadline = deadline + (context.eventLoop.now - held)
+            self.heldSince = nil
+            self.arm(context: context)
+        }
         context.read()
     }
 
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard case .end = self.unwrapOutboundIn(data) else { return context.write(data, promise: promise) }
+        self.answered += 1
+        guard self.closeOnceAnswered, self.answered >= self.heads - 1 else { return context.write(data, promise: promise) }
+        context.writeAndFlush(data, promise: promise)
+        self.close(context: context)
+    }
+
     public func channelInactive(context: ChannelHandlerContext) {
-        self.cancel()
+        self.disarm()
         context.fireChannelInactive()
     }
 
     public func handlerRemoved(context: ChannelHandlerContext) {
-        self.cancel()
+        self.disarm()
     }
 
-    private func schedule(context: ChannelHandlerContext, in delay: TimeAmount) {
-        self.deadline = context.eventLoop.assumeIsolated().scheduleTask(in: delay) { [self] in
-            self.deadline = nil
-            guard self.reading else {
-                // The server holds reads back: the delay is its own. Look again shortly.
-                self.schedule(context: context, in: .milliseconds(100))
-                return
+    private func arm(context: ChannelHandlerContext) {
+        self.disarm()
+        guard let deadline = self.deadline else { return }
+        self.timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            self.timer = nil
+            // Responses owed for earlier requests (pipelined) are written first.
+            if self.answered < self.heads - 1 {
+                self.closeOnceAnswered = true
+            } else {
+                self.close(context: context)
             }
-            // The peer's address only: what it sent may be a receipt.
-            self.logger.info("request body not received whole in time, connection closed", metadata: [
-                "timeout_s": "\(self.timeout.nanoseconds / 1_000_000_000)",
-                "peer": "\(context.channel.remoteAddress?.description ?? "?")",
-            ])
-            context.close(promise: nil)
         }
     }
 
-    private func cancel() {
-        self.deadline?.cancel()
-        self.deadline = nil
+    private func close(context: ChannelHandlerContext) {
+        // The peer's address only: what it sent may be a receipt.
+        self.logger.debug("request body not received whole in time, connection closed", metadata: [
+            "timeout_s": "\(self.timeout.nanoseconds / 1_000_000_000)",
+            "peer": "\(context.channel.remoteAddress?.description ?? "?")",
+        ])
+        context.close(promise: nil)
+    }
+
+    private func disarm() {
+        self.timer?.cancel()
+        self.timer = nil
     }
 }
