@@ -335,7 +335,7 @@ struct StartupTests {
             executable: executable, arguments: arguments,
             environment: environment.merging([
                 "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
-                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1",
+                "TOLLGATE_HTTP_HOST": "127.0.0.1", "TOLLGATE_HTTP_IDLE_TIMEOUT_S": "1", "TOLLGATE_QUEUE_PREFIX": TestEnvironment.uniquePrefix(),
             ]) { _, new in new },
             portFileVariable: portFileVariable
         )

@@ -28,22 +28,23 @@ struct DatabaseWatchTests {
     @Test("no pool connection free within the acquire timeout is unavailable (retried, 503) but no outage: PostgreSQL answers")
     func poolBusy() async throws {
         let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1, acquireTimeout: .milliseconds(300))
-        let (held, holding) = AsyncStream<Void>.makeStream()
-        let holder = Task {
-            try await database.withConnection { session in
-                holding.yield()
-                try await session.query("SELECT pg_sleep(2)")
+        try await TestEnvironment.using(database) {
+            let (held, holding) = AsyncStream<Void>.makeStream()
+            let holder = Task {
+                try await database.withConnection { session in
+                    holding.yield()
+                    try await session.query("SELECT pg_sleep(2)")
+                }
             }
+            for await _ in held { break }
+            let refused = await #expect(throws: PostgresError.self) { try await database.query("SELECT 1") }
+            let error = try #require(refused)
+            #expect(error.code == .busy && error.isUnavailable, "\(error)")
+            let watch = DatabaseWatch()
+            #expect(!watch.note(error), "\(error)")
+            #expect(!watch.isAway)
+            _ = try await holder.value
         }
-        for await _ in held { break }
-        let refused = await #expect(throws: PostgresError.self) { try await database.query("SELECT 1") }
-        let error = try #require(refused)
-        #expect(error.isUnavailable, "\(error)")
-        let watch = DatabaseWatch()
-        #expect(!watch.note(error), "\(error)")
-        #expect(!watch.isAway)
-        _ = try await holder.value
-        await database.shutdown()
     }
 
     @Test("after a trial that found PostgreSQL away again, the next probe waits longer, doubling up to 30 s")
