@@ -55,6 +55,16 @@ struct GrantStoreTests {
                 .rows.map { try $0.decode(String.self, "state") }
         }
 
+        /// A ledger row's dates, in Unix milliseconds.
+        func periodDates(_ transactionId: String) async throws -> [(purchased: Int64?, expires: Int64?, grantedUntil: Int64?)] {
+            try await self.database.query(
+                "SELECT purchase_date, expires_date, granted_until FROM transactions WHERE transaction_id = $1", [transactionId]
+            ).rows.map { row in
+                let milliseconds = { (column: String) in try row.decode(Date?.self, column).map(GrantStoreTests.ms) }
+                return (try milliseconds("purchase_date"), try milliseconds("expires_date"), try milliseconds("granted_until"))
+            }
+        }
+
         func walletEntries(_ customer: String) async throws -> [(kind: String, coins: Int)] {
             try await self.database.query(
                 "SELECT kind, coins FROM wallet_entries WHERE customer_email = $1 ORDER BY id", [customer]
@@ -383,6 +393,14 @@ struct GrantStoreTests {
 
             let outcome = try await world.grants.grant(world.request("a@example.com", world.subscription, p1, renewals: [p3, p1, p2]))
             #expect(outcome == .granted(expiresAt: latest))
+            // The other periods became ledger rows of their own, each with its dates to the millisecond.
+            for period in [p2, p3] {
+                let dates = try await world.periodDates(period.transactionId)
+                #expect(dates.count == 1)
+                #expect(dates.first?.purchased == period.purchaseDateMilliseconds)
+                #expect(dates.first?.expires == period.expiresDateMilliseconds)
+                #expect(dates.first?.grantedUntil == period.expiresDateMilliseconds)
+            }
             let access = try await world.access("a@example.com", world.subscription)
             #expect(access.granted)
             #expect(Self.close(access.expiresAt, latest))
@@ -579,6 +597,9 @@ struct GrantStoreTests {
             #expect(applied.extended == 1)
             #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(renewal.expiresDateMilliseconds)))
             #expect(try await world.ledger(renewal.transactionId) == ["fulfilled"])
+            let dates = try await world.periodDates(renewal.transactionId)
+            #expect(dates.first?.purchased == renewal.purchaseDateMilliseconds && dates.first?.expires == renewal.expiresDateMilliseconds)
+            #expect(dates.first?.grantedUntil == renewal.expiresDateMilliseconds)
             #expect(try await world.access("b@example.com", world.subscription).granted == false)
             #expect(applied.bearsOn == [CustomerOffer(customerEmail: "a@example.com", offerId: world.subscription.offerId)])
 

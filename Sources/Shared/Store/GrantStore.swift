@@ -192,13 +192,12 @@ public struct GrantStore: Sendable {
         // a later refund of one of them then finds what it has to take back.
         let counted = request.product.kind == .autoRenewable
             ? request.renewals.filter { !$0.isCancelled && $0.transactionId != transaction.transactionId } : []
-        let digest = counted.isEmpty ? "" : ReceiptDigest.hex(of: job.receiptData)
-        let renewals = counted.map {
-            Self.renewalStatement(
-                $0, owner: job.customerEmail, product: request.product, publisherId: job.publisherId, appId: request.app.id,
-                environment: request.environment, receiptDigest: digest, verifiedAt: request.verifiedAt
-            )
-        }
+        let renewals = counted.isEmpty ? [] : [
+            Self.renewalsStatement(
+                counted, owner: job.customerEmail, product: request.product, publisherId: job.publisherId, appId: request.app.id,
+                environment: request.environment, receiptData: job.receiptData, verifiedAt: request.verifiedAt
+            ),
+        ]
         try await session.pipeline([write] + renewals + [
             (
                 """
@@ -403,19 +402,16 @@ public struct GrantStore: Sendable {
         }
     }
 
-    /// Records a subscription's periods for its owner and extends the owner's access to the latest one's end, in
-    /// one round trip however many periods a years-old subscription lists; returns how many entitlements were
-    /// extended.
+    /// Records a subscription's periods for its owner and extends the owner's access to the latest one's end:
+    /// two statements in one round trip, however many periods a years-old subscription lists; returns how many
+    /// entitlements were extended.
     private static func extend(_ renewal: Renewal, evidence: Evidence, session: PostgresSession) async throws -> Int {
-        let digest = ReceiptDigest.hex(of: evidence.job.receiptData)
-        let periods = renewal.entries.map {
-            Self.renewalStatement(
-                $0, owner: renewal.holder.customerEmail, product: renewal.product, publisherId: evidence.publisherId,
-                appId: evidence.appId, environment: evidence.environment, receiptDigest: digest, verifiedAt: evidence.verifiedAt
-            )
-        }
-        let results = try await session.pipeline(periods + [Self.extendStatement(renewal, publisherId: evidence.publisherId)])
-        return results.last?.affectedRows ?? 0
+        let periods = Self.renewalsStatement(
+            renewal.entries, owner: renewal.holder.customerEmail, product: renewal.product, publisherId: evidence.publisherId,
+            appId: evidence.appId, environment: evidence.environment, receiptData: evidence.job.receiptData, verifiedAt: evidence.verifiedAt
+        )
+        let results = try await session.pipeline([periods, Self.extendStatement(renewal, publisherId: evidence.publisherId)])
+        return results[1].affectedRows
     }
 
     /// Moves the owner's unrevoked access to the renewal's end, if that is later.
@@ -494,36 +490,44 @@ public struct GrantStore: Sendable {
 
     private static func claimKey(original: String) -> String { "original:\(original)" }
 
-    /// A renewal period seen in an answer becomes a ledger row of the subscription's owner; it carries no
-    /// job id, because the job that brought it in may be another customer's. It is `fulfilled` when the
-    /// owner holds an unrevoked entitlement to the offer (which the extension below carries forward), and
-    /// only `verified` otherwise (a subscription that lapsed, or was refunded, and was bought again): the
-    /// owner's own job for it then grants it in full, instead of finding it done.
-    private static func renewalStatement(
-        _ entry: AppleTransaction, owner: String, product: Product, publisherId: UUID, appId: UUID, environment: String,
-        receiptDigest: String, verifiedAt: Date
+    /// The renewal periods seen in an answer become ledger rows of the subscription's owner, in one statement
+    /// (one statement timeout, however many periods); they carry no job id, because the job that brought them
+    /// in may be another customer's. They are `fulfilled` when the owner holds an unrevoked entitlement to the
+    /// offer (which the extension below carries forward), and only `verified` otherwise (a subscription that
+    /// lapsed, or was refunded, and was bought again): the owner's own job for one then grants it in full,
+    /// instead of finding it done. Dates travel as Unix milliseconds ('' for none), exactly.
+    private static func renewalsStatement(
+        _ entries: [AppleTransaction], owner: String, product: Product, publisherId: UUID, appId: UUID, environment: String,
+        receiptData: String, verifiedAt: Date
     ) -> (String, [any PostgresEncodable]) {
-        (
+        func milliseconds(_ value: Int64?) -> String { value.map(String.init) ?? "" }
+        return (
             """
             INSERT INTO transactions (
                 publisher_id, app_id, product_ref, transaction_id, original_transaction_id, product_id, customer_email,
                 offer_id, environment, job_id, receipt_digest, state, purchase_date, expires_date, received_at, verified_at,
                 fulfilled_at, granted_until
             )
-            SELECT $1::uuid, $2::uuid, $3::uuid, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text, $10::text, $11::text,
-                CASE WHEN held THEN 'fulfilled' ELSE 'verified' END, $12::timestamptz, $13::timestamptz, $14::timestamptz,
-                $14::timestamptz, CASE WHEN held THEN $14::timestamptz END, CASE WHEN held THEN $13::timestamptz END
+            SELECT $1::uuid, $2::uuid, $3::uuid, period.id, period.original, period.product, $4::text, $5::text, $6::text, NULL,
+                $7::text, CASE WHEN held THEN 'fulfilled' ELSE 'verified' END, period.purchased, period.expires, $8::timestamptz,
+                $8::timestamptz, CASE WHEN held THEN $8::timestamptz END, CASE WHEN held THEN period.expires END
             FROM (
+                SELECT id, original, product,
+                    CASE WHEN purchased = '' THEN NULL ELSE 'epoch'::timestamptz + purchased::bigint * interval '1 millisecond' END AS purchased,
+                    CASE WHEN expires = '' THEN NULL ELSE 'epoch'::timestamptz + expires::bigint * interval '1 millisecond' END AS expires
+                FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::text[]) AS given (id, original, product, purchased, expires)
+            ) period, (
                 SELECT EXISTS (
-                    SELECT 1 FROM entitlements WHERE publisher_id = $1 AND customer_email = $7 AND offer_id = $8 AND revoked_at IS NULL
+                    SELECT 1 FROM entitlements WHERE publisher_id = $1 AND customer_email = $4 AND offer_id = $5 AND revoked_at IS NULL
                 ) AS held
             ) owner
             ON CONFLICT (app_id, transaction_id) DO NOTHING
             """,
             [
-                publisherId, appId, product.id, entry.transactionId, entry.originalTransactionId, entry.productId,
-                owner, product.offerId, environment, String?.none, receiptDigest,
-                entry.purchaseDateMilliseconds.map(Self.date), entry.expiresDateMilliseconds.map(Self.date), verifiedAt,
+                publisherId, appId, product.id, owner, product.offerId, environment, ReceiptDigest.hex(of: receiptData), verifiedAt,
+                PostgresTextArray(entries.map(\.transactionId)), PostgresTextArray(entries.map(\.originalTransactionId)),
+                PostgresTextArray(entries.map(\.productId)), PostgresTextArray(entries.map { milliseconds($0.purchaseDateMilliseconds) }),
+                PostgresTextArray(entries.map { milliseconds($0.expiresDateMilliseconds) }),
             ]
         )
     }
