@@ -1,6 +1,7 @@
 import Hummingbird
 import Logging
 import NIOCore
+import NIOHTTP1
 import Shared
 
 /// Turns every error into CONTRACT.md's JSON error; a dependency that is down is a 503 with
@@ -28,6 +29,12 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         } catch let error as PostgresError where error.isUnavailable {
             context.logger.warning("PostgreSQL unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the database").response
+        } catch is HTTPParserError {
+            // The body broke off: the client went away half-way, or its connection was closed for sending
+            // too slowly (the idle timeout, the body deadline). The client's doing, not a fault: no error line
+            // an anonymous client could fill the logs with.
+            context.logger.debug("request body broke off")
+            return Self.translate(.badRequest).response
         } catch is NIOTooManyBytesError {
             return APIError(.contentTooLarge, code: "body_too_large", "the body is larger than 1 MiB").response
         } catch let error as any HTTPResponseError {
