@@ -566,23 +566,15 @@ struct PostgresClientTests {
         let url = try await TestEnvironment.freshDatabase()
         let client = PostgresClient(url: url, connections: 1, acquireTimeout: .milliseconds(300))
         try await TestEnvironment.using(client) {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                let started = AsyncStream<Void>.makeStream()
-                group.addTask {
-                    try await client.withConnection { session in
-                        started.continuation.yield()
-                        try await session.query("SELECT pg_sleep(10)")
-                    }
-                }
-                for await _ in started.stream { break }
-                let clock = ContinuousClock()
-                let asked = clock.now
-                let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT 1") }
-                #expect(error?.isUnavailable == true)
-                // The connection comes free after 10 s; the acquire timeout is 300 ms: the rest is a loaded machine's room.
-                #expect(clock.now - asked < .seconds(6), "it gave up at the acquire timeout, not when the connection came free")
-                try await group.waitForAll()
-            }
+            let holder = await client.holdConnection(seconds: 10)
+            let clock = ContinuousClock()
+            let asked = clock.now
+            let error = await #expect(throws: PostgresError.self) { try await client.query("SELECT 1") }
+            #expect(error?.isUnavailable == true)
+            #expect(error?.code == .busy, "PostgreSQL answers: not a connection failure")
+            // The connection comes free after 10 s; the acquire timeout is 300 ms: the rest is a loaded machine's room.
+            #expect(clock.now - asked < .seconds(6), "it gave up at the acquire timeout, not when the connection came free")
+            _ = try await holder.value
             #expect(await client.ping(), "the pool serves again once the connection is free")
         }
     }
@@ -591,14 +583,7 @@ struct PostgresClientTests {
     func cancelledWhileWaiting() async throws {
         let client = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1, acquireTimeout: .seconds(10))
         try await TestEnvironment.using(client) {
-            let (held, holding) = AsyncStream<Void>.makeStream()
-            let holder = Task {
-                try await client.withConnection { session in
-                    holding.yield()
-                    try await session.query("SELECT pg_sleep(4)")
-                }
-            }
-            for await _ in held { break }
+            let holder = await client.holdConnection(seconds: 4)
             let clock = ContinuousClock()
             let asked = clock.now
             let waiting = Task { try await client.query("SELECT 1") }

@@ -19,45 +19,57 @@ struct RequestDeadlineHandlerTests {
         return channel
     }
 
+    /// A connection whose request head has arrived, and whose server reads on.
+    private static func readingBody() throws -> EmbeddedChannel {
+        let channel = try Self.connected()
+        try channel.writeInbound(Self.head)
+        Self.serverReads(channel)
+        return channel
+    }
+
     /// The server asks for more, as the channel does while its handler reads the body.
     private static func serverReads(_ channel: EmbeddedChannel) {
         channel.pipeline.read()
     }
 
+    /// The channel is still open 100 ms before `left` from now has passed, and closed once it has.
+    private static func expectClosed(_ channel: EmbeddedChannel, in left: TimeAmount, sourceLocation: SourceLocation = #_sourceLocation) {
+        channel.embeddedEventLoop.advanceTime(by: left - .milliseconds(100))
+        #expect(channel.isActive, sourceLocation: sourceLocation)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
+        #expect(!channel.isActive, sourceLocation: sourceLocation)
+    }
+
+    /// The server writes a whole response.
+    private static func serverAnswers(_ channel: EmbeddedChannel, _ status: HTTPResponse.Status) throws {
+        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: status)))
+        try channel.writeOutbound(HTTPResponsePart.end(nil))
+    }
+
     @Test("a body trickled a byte every 100 ms closes the connection 2 s after its head, not before")
     func trickledBody() throws {
-        let channel = try Self.connected()
-        try channel.writeInbound(Self.head)
-        Self.serverReads(channel)
-        for _ in 0..<19 {
+        let channel = try Self.readingBody()
+        for _ in 0..<18 {
             channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
             try channel.writeInbound(Self.byte)
             Self.serverReads(channel)
         }
-        #expect(channel.isActive)
-        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
-        #expect(!channel.isActive)
+        Self.expectClosed(channel, in: .milliseconds(200))
     }
 
     @Test("a request read whole is never cut, however long the server then takes, and the next head starts its own 2 s")
     func wholeRequests() throws {
-        let channel = try Self.connected()
-        try channel.writeInbound(Self.head)
-        Self.serverReads(channel)
+        let channel = try Self.readingBody()
         channel.embeddedEventLoop.advanceTime(by: .milliseconds(1900))
         try channel.writeInbound(HTTPRequestPart.end(nil))
         Self.serverReads(channel)
         channel.embeddedEventLoop.advanceTime(by: .seconds(60))
         #expect(channel.isActive)
-        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
-        try channel.writeOutbound(HTTPResponsePart.end(nil))
+        try Self.serverAnswers(channel, .ok)
 
         try channel.writeInbound(Self.head)
         Self.serverReads(channel)
-        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1900))
-        #expect(channel.isActive)
-        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
-        #expect(!channel.isActive)
+        Self.expectClosed(channel, in: .seconds(2))
     }
 
     @Test("while the server holds reads back the deadline moves on by as long: the client still has its 2 s once the server reads again")
@@ -68,10 +80,7 @@ struct RequestDeadlineHandlerTests {
         channel.embeddedEventLoop.advanceTime(by: .seconds(10))
         #expect(channel.isActive)
         Self.serverReads(channel)
-        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1900))
-        #expect(channel.isActive)
-        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
-        #expect(!channel.isActive)
+        Self.expectClosed(channel, in: .seconds(2))
     }
 
     @Test("a pipelined request's deadline closes the connection only once the response to the request before it is written")
@@ -92,17 +101,12 @@ struct RequestDeadlineHandlerTests {
 
     @Test("a request answered before its body (a 401), whose body then trickles, is closed at its deadline")
     func answeredEarly() throws {
-        let channel = try Self.connected()
-        try channel.writeInbound(Self.head)
-        Self.serverReads(channel)
-        try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .unauthorized)))
-        try channel.writeOutbound(HTTPResponsePart.end(nil))
-        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1900))
+        let channel = try Self.readingBody()
+        try Self.serverAnswers(channel, .unauthorized)
+        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1800))
         try channel.writeInbound(Self.byte)
         Self.serverReads(channel)
-        #expect(channel.isActive)
-        channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
-        #expect(!channel.isActive)
+        Self.expectClosed(channel, in: .milliseconds(200))
     }
 
     @Test("a body that the server reads at once after holding reads back is not cut")

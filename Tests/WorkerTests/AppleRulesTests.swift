@@ -573,14 +573,7 @@ struct AppleRulesTests {
             let (_, jobId) = try await Self.submitPremium(harness)
             let busy = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1, acquireTimeout: .milliseconds(300))
             try await TestEnvironment.using(busy) {
-                let (held, holding) = AsyncStream<Void>.makeStream()
-                let holder = Task {
-                    try await busy.withConnection { session in
-                        holding.yield()
-                        try await session.query("SELECT pg_sleep(3)")
-                    }
-                }
-                for await _ in held { break }
+                let holder = await busy.holdConnection(seconds: 3)
                 let fulfiller = Fulfiller(catalog: harness.catalog, grants: GrantStore(database: busy), queue: harness.queue, apple: harness.emulatorFulfiller().apple)
                 let processor = JobProcessor(
                     queue: harness.queue, fulfiller: fulfiller, retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60),

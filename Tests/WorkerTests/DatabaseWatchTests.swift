@@ -29,14 +29,7 @@ struct DatabaseWatchTests {
     func poolBusy() async throws {
         let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1, acquireTimeout: .milliseconds(300))
         try await TestEnvironment.using(database) {
-            let (held, holding) = AsyncStream<Void>.makeStream()
-            let holder = Task {
-                try await database.withConnection { session in
-                    holding.yield()
-                    try await session.query("SELECT pg_sleep(2)")
-                }
-            }
-            for await _ in held { break }
+            let holder = await database.holdConnection(seconds: 2)
             let refused = await #expect(throws: PostgresError.self) { try await database.query("SELECT 1") }
             let error = try #require(refused)
             #expect(error.code == .busy && error.isUnavailable, "\(error)")
