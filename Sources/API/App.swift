@@ -56,10 +56,14 @@ struct Serve: AsyncParsableCommand {
         let application = try await buildApplication(configuration: configuration, logger: logger)
         do {
             try await application.run()
-        } catch let error as ConfigurationError {
-            // Found once a dependency answered: Redis refused the URL's credentials or database.
-            logger.error("stopping: a configuration value was refused", metadata: ["error": "\(error)"])
-            error.report(as: "tollgate-api")
+        } catch {
+            // Found once a dependency answered (Redis refused the URL's credentials or database), or the
+            // listen address is not one this machine can take.
+            guard let refused = error as? ConfigurationError ?? ConfigurationError.refusedListen(
+                error, host: configuration.httpHost, port: configuration.httpPort, hostVariable: "TOLLGATE_HTTP_HOST", portVariable: "TOLLGATE_HTTP_PORT"
+            ) else { throw error }
+            logger.error("stopping: a configuration value was refused", metadata: ["error": "\(refused)"])
+            refused.report(as: "tollgate-api")
             throw ExitCode(2)
         }
     }

@@ -101,8 +101,12 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     await database.shutdown()
     if let failure {
         logger.error("worker stopped with an error", metadata: ["error": "\(failure)"])
-        if let refused = failure as? ConfigurationError {
-            // Found once a dependency answered: Redis refused the URL's credentials or database.
+        let refusedListen = ConfigurationError.refusedListen(
+            failure, host: configuration.httpHost, port: configuration.metricsPort, hostVariable: "TOLLGATE_HTTP_HOST", portVariable: "TOLLGATE_METRICS_PORT"
+        )
+        if let refused = failure as? ConfigurationError ?? refusedListen {
+            // Found once a dependency answered (Redis refused the URL's credentials or database), or the
+            // metrics server's address is not one this machine can take.
             refused.report(as: "tollgate-worker")
             throw ExitCode(2)
         }

@@ -380,6 +380,30 @@ struct StartupTests {
     }
 
     @Test(
+        "a listen address that is no address of this machine stops the API and the worker with exit 2 and one line naming TOLLGATE_HTTP_HOST",
+        arguments: Self.servingProcesses
+    )
+    func foreignListenAddress(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
+        let process = try ManagedProcess(
+            executable: executable, arguments: arguments,
+            environment: environment.merging([
+                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(), "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(),
+                // TEST-NET-1 (RFC 5737): never an address of this machine.
+                "TOLLGATE_HTTP_HOST": "192.0.2.1", "TOLLGATE_QUEUE_PREFIX": TestEnvironment.uniquePrefix(),
+            ]) { _, new in new },
+            portFileVariable: nil
+        )
+        let exit: Int32
+        do { exit = try await process.waitForExit(timeout: .seconds(30)) } catch {
+            await process.stop()
+            throw error
+        }
+        #expect(exit == 2, "\(process.logTail())")
+        let last = process.log().split(separator: "\n").last.map(String.init) ?? ""
+        #expect(last.hasPrefix("\(executable): invalid TOLLGATE_HTTP_HOST: cannot listen on 192.0.2.1"), "\(process.logTail())")
+    }
+
+    @Test(
         "a process whose Redis takes connections and never answers stops on SIGTERM with exit 0",
         arguments: Self.servingProcesses
     )

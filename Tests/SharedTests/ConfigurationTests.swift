@@ -1,3 +1,5 @@
+import Foundation
+import NIOCore
 import Testing
 @testable import Shared
 
@@ -278,5 +280,17 @@ struct ConfigurationTests {
         #expect(configuration.httpPort == 8080)
         #expect(configuration.adminToken == nil)
         #expect(configuration.logLevel == .info)
+    }
+
+    @Test("a listen address the system refuses as such names the variable to correct; a port another process holds does not")
+    func refusedListen() {
+        func refused(_ error: any Error) -> ConfigurationError? {
+            ConfigurationError.refusedListen(error, host: "h", port: 80, hostVariable: "HOST_VAR", portVariable: "PORT_VAR")
+        }
+        #expect(refused(SocketAddressError.unknown(host: "h", port: 80))?.variable == "HOST_VAR")
+        #expect(refused(IOError(errnoCode: EADDRNOTAVAIL, reason: "bind"))?.variable == "HOST_VAR")
+        #expect(refused(IOError(errnoCode: EACCES, reason: "bind"))?.variable == "PORT_VAR")
+        #expect(refused(IOError(errnoCode: EADDRINUSE, reason: "bind")) == nil, "it may come free: exit 1, for a supervisor to retry")
+        #expect(refused(CancellationError()) == nil)
     }
 }
