@@ -81,15 +81,17 @@ struct AccessController {
     @Sendable func accessStatus(_ request: Request, context: TollgateRequestContext) async throws -> Response {
         let publisher = try context.requirePublisher()
         let query = request.uri.queryParameters
-        // A customer token names its customer; a publisher names one in the query.
-        let email: String
-        if let customerEmail = context.customerEmail {
-            email = customerEmail
-        } else {
+        // A customer token names its customer; a publisher names one in the query. Every field is read first
+        // (400 for one missing), then judged (422), as a payment is.
+        let rawEmail: String?
+        if context.customerEmail == nil {
             guard let raw = query["customerEmail"].map(String.init), !raw.isEmpty else { throw APIError.missingField("customerEmail") }
-            email = try FieldRules.email(raw)
+            rawEmail = raw
+        } else {
+            rawEmail = nil
         }
         guard let rawOffer = query["offerId"].map(String.init), !rawOffer.isEmpty else { throw APIError.missingField("offerId") }
+        let email = try context.customerEmail ?? FieldRules.email(rawEmail ?? "")
         let view = try await self.access(publisherId: publisher.id, customerEmail: email, offerId: try FieldRules.offerId(rawOffer))
         return JSONBody.response(.ok, view.json, headers: view.pending ? [.retryAfter: "5"] : [:])
     }

@@ -190,6 +190,8 @@ struct ReadRouteTests {
         ("/v1/access-status?customerEmail=viewer%40example.com", .badRequest, "missing_field", "offerId"),
         ("/v1/access-status?customerEmail=viewer%40example.com&offerId=", .badRequest, "missing_field", "offerId"),
         ("/v1/access-status?customerEmail=not-an-email&offerId=S598742062_US", .unprocessableContent, "invalid_email", "customerEmail"),
+        // 400 wins over 422: a missing field is reported even when another is unusable.
+        ("/v1/access-status?customerEmail=not-an-email", .badRequest, "missing_field", "offerId"),
         ("/v1/access-status?customerEmail=viewer%40example.com&offerId=a%20b", .unprocessableContent, "invalid_offer_id", "offerId"),
         ("/v1/access-status?customerEmail=viewer%40example.com&offerId=NO_SUCH_OFFER", .unprocessableContent, "unknown_offer", "offerId"),
     ])
