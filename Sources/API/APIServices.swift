@@ -24,7 +24,7 @@ struct APIServices: Sendable {
     /// is away, offers looked up in the last ten minutes still answer (see ``PublisherDirectory``).
     let offers = ExpiringCache<OfferKey, [Product]>(lifetime: 5, staleFor: PublisherDirectory.staleLifetime)
     /// Each publisher's offer ids, asked for when an offer is not in ``offers``: an offer id that is none of
-    /// them answers 422 from memory. App clients (a customer token, which any device holds) can name any
+    /// them answers 422 from memory (503 while they are served stale: PostgreSQL away). App clients (a customer token, which any device holds) can name any
     /// offer, unlimited; made-up ones then cost PostgreSQL one query per publisher and lifetime, not one each.
     let offerIds: ExpiringCache<UUID, Set<String>>
 
@@ -52,8 +52,13 @@ struct APIServices: Sendable {
     /// The products behind a publisher's offer, from ``offers``; 422 `unknown_offer` when it has none.
     func offerProducts(publisherId: UUID, offerId: String, field: String = "offerId") async throws -> [Product] {
         let products = try await self.offers.value(for: OfferKey(publisherId: publisherId, offerId: offerId)) {
-            let known = try await self.offerIds.value(for: publisherId) { try await self.catalog.offerIds(publisherId: publisherId) }
-            guard known?.contains(offerId) == true else { return nil }
+            let known = try await self.offerIds.lookup(for: publisherId) { try await self.catalog.offerIds(publisherId: publisherId) }
+            guard known.value?.contains(offerId) == true else {
+                // Offer ids served stale (PostgreSQL away) may miss an offer created since they were read: only
+                // current ones may refuse an offer for good (422). Offers looked up lately still answer from memory.
+                if known.stale { throw APIError.unavailable("the database") }
+                return nil
+            }
             let found = try await self.catalog.products(publisherId: publisherId, offerId: offerId)
             return found.isEmpty ? nil : found
         } ?? []

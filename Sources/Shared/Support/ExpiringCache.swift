@@ -51,17 +51,28 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
     /// it loaded); when `load` throws, an entry within its stale time. An entry within its stale time also
     /// answers while another request refreshes it, and for a second after a refresh failed.
     public func value(for key: Key, load: () async throws -> Value?) async rethrows -> Value? {
-        try await self.value(for: key, now: DispatchTime.now().uptimeNanoseconds, load: load)
+        try await self.lookup(for: key, now: DispatchTime.now().uptimeNanoseconds, load: load).value
+    }
+
+    /// ``value(for:load:)``, and whether the value is a stale one (past its lifetime: the source failed, or is
+    /// being asked by another caller), which may miss what the source gained since.
+    public func lookup(for key: Key, load: () async throws -> Value?) async rethrows -> (value: Value?, stale: Bool) {
+        try await self.lookup(for: key, now: DispatchTime.now().uptimeNanoseconds, load: load)
     }
 
     /// ``value(for:load:)`` at `now` (uptime nanoseconds), for tests.
     func value(for key: Key, now: UInt64, load: () async throws -> Value?) async rethrows -> Value? {
-        let (cached, began, answer) = self.state.withLock { state -> (Entry?, UInt64, Value?) in
+        try await self.lookup(for: key, now: now, load: load).value
+    }
+
+    /// ``lookup(for:load:)`` at `now` (uptime nanoseconds).
+    func lookup(for key: Key, now: UInt64, load: () async throws -> Value?) async rethrows -> (value: Value?, stale: Bool) {
+        let (cached, began, answer) = self.state.withLock { state -> (Entry?, UInt64, (Value, Bool)?) in
             guard let cached = state.entries[key] else { return (nil, state.generation, nil) }
-            if cached.expires > now { return (cached, state.generation, cached.value) }
+            if cached.expires > now { return (cached, state.generation, (cached.value, false)) }
             guard self.staleNanoseconds > 0, cached.expires &+ self.staleNanoseconds > now else { return (cached, state.generation, nil) }
             let refreshing = cached.refreshingSince.map { now < $0 &+ Self.refreshLimitNanoseconds } ?? false
-            if refreshing || now < cached.retryAt { return (cached, state.generation, cached.value) }
+            if refreshing || now < cached.retryAt { return (cached, state.generation, (cached.value, true)) }
             state.entries[key]?.refreshingSince = now
             return (cached, state.generation, nil)
         }
@@ -79,7 +90,7 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
                 state.entries[key]?.refreshingSince = nil
                 state.entries[key]?.retryAt = failed &+ Self.retryDelayNanoseconds
             }
-            return cached.value
+            return (cached.value, true)
         }
         self.state.withLock { state in
             guard let value = loaded else {
@@ -94,7 +105,7 @@ public final class ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sen
             }
             state.entries[key] = Entry(value: value, expires: now + self.lifetimeNanoseconds)
         }
-        return loaded
+        return (loaded, false)
     }
 
     /// Forgets every key.

@@ -36,6 +36,45 @@ struct OfferLookupTests {
         }
     }
 
+    @Test("while PostgreSQL is away, an offer missing from offer ids read before is 503, not 422: it may have been created since")
+    func offerCreatedBeforeAnOutage() async throws {
+        let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 2)
+        let redis = try TestEnvironment.redis()
+        try await TestEnvironment.using(database, redis) {
+            let catalog = CatalogStore(database: database)
+            let publisher = try await catalog.createPublisher(name: "Offer look-ups").0
+            _ = try await catalog.createApp(publisherId: publisher.id, bundleId: "com.example.offers", sharedSecret: nil, allowSandbox: true)
+            func product(_ offerId: String) -> ProductDraft {
+                ProductDraft(
+                    publisherId: publisher.id, bundleId: "com.example.offers", productId: offerId.lowercased(), offerId: offerId, kind: .nonConsumable,
+                    title: offerId, description: nil, coins: nil, durationDays: nil, enabled: true
+                )
+            }
+            _ = try await catalog.createProduct(product("KNOWN"))
+            // Offer ids that are past their lifetime at once: every look-up after the first asks PostgreSQL again.
+            let services = await APIServices(
+                configuration: try Configuration(environment: [:]), redis: redis, database: database, logger: Logger(label: "test.api"),
+                offerIdsLifetime: 0
+            )
+            try await Self.expectUnknown(services, publisher.id, "NEW")
+            // Created through another API process (this one's caches are not told), just before PostgreSQL goes away.
+            _ = try await catalog.createProduct(product("NEW"))
+            _ = try await database.query("ALTER TABLE products RENAME TO products_elsewhere")
+            do {
+                _ = try await services.offerProducts(publisherId: publisher.id, offerId: "NEW")
+                Issue.record("NEW: found")
+            } catch let error as APIError {
+                #expect(error.status == .serviceUnavailable && error.code == "dependency_unavailable", "\(error)")
+            }
+            _ = try await database.query("ALTER TABLE products_elsewhere RENAME TO products")
+            // Back: within the second a failed refresh waits before asking again.
+            let found = try await Poll.until(timeout: .seconds(10), "NEW found once PostgreSQL is back") {
+                try? await services.offerProducts(publisherId: publisher.id, offerId: "NEW").map(\.productId)
+            }
+            #expect(found == ["new"])
+        }
+    }
+
     static func expectUnknown(_ services: APIServices, _ publisherId: UUID, _ offerId: String) async throws {
         do {
             _ = try await services.offerProducts(publisherId: publisherId, offerId: offerId)
