@@ -116,6 +116,22 @@ struct ConfigurationTests {
             ("TOLLGATE_APPLE_PRODUCTION_URL", "ftp://apple.example/verifyReceipt"),
             ("TOLLGATE_APPLE_TIMEOUT_MS", "0"),
             ("TOLLGATE_RETRY_MAX_ATTEMPTS", "many"),
+            ("TOLLGATE_RETRY_MAX_ATTEMPTS", "0"),
+            ("TOLLGATE_RETRY_BASE_MS", "-1"),
+            ("TOLLGATE_RETRY_BASE_MS", "1s"),
+            ("TOLLGATE_RETRY_MAX_DELAY_MS", "86400001"),
+            ("TOLLGATE_RETRY_MAX_AGE_S", "0"),
+            ("TOLLGATE_CLAIM_MIN_IDLE_MS", "0"),
+            ("TOLLGATE_SHUTDOWN_GRACE_S", "3601"),
+            ("TOLLGATE_SHUTDOWN_GRACE_S", "x"),
+            ("TOLLGATE_RATE_LIMIT_PER_S", "-5"),
+            ("TOLLGATE_RATE_LIMIT_BURST", "lots"),
+            // Below a day, the contract's 24 hours of dedup and claims would not hold.
+            ("TOLLGATE_JOB_RETENTION_S", "3600"),
+            ("TOLLGATE_CUSTOMER_TOKEN_TTL_S", "59"),
+            ("TOLLGATE_ACCESS_CACHE_TTL_S", "3601"),
+            ("TOLLGATE_WORKER_CONCURRENCY", "0"),
+            ("TOLLGATE_REDIS_POOL_SIZE", "257"),
             ("TOLLGATE_QUEUE_PREFIX", "has space"),
             ("TOLLGATE_QUEUE_PREFIX", "tab\there"),
             ("TOLLGATE_QUEUE_PREFIX", "a{b}"),
@@ -280,6 +296,11 @@ struct ConfigurationTests {
         #expect(configuration.httpPort == 8080)
         #expect(configuration.adminToken == nil)
         #expect(configuration.logLevel == .info)
+        #expect(configuration.jobRetentionSeconds == 604_800)
+        #expect(configuration.customerTokenLifetimeSeconds == 900)
+        #expect(configuration.accessCacheLifetimeSeconds == 30)
+        #expect(configuration.httpIdleTimeoutSeconds == 75)
+        #expect(configuration.workerConcurrency == 256)
     }
 
     @Test("a listen address the system refuses as such names the variable to correct; a port another process holds does not")

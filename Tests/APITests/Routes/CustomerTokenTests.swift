@@ -91,15 +91,19 @@ struct CustomerTokenTests {
         }
     }
 
-    @Test("a pending job shows through a token too, with Retry-After: 5")
+    @Test("a pending job shows through a token too, with Retry-After: 5, on the access status and on JSON-RPC")
     func pending() async throws {
         try await APIHarness.withAPI(Self.options) { api in
             let tenant = try await api.provisionTenant()
-            _ = try await api.submit(tenant, Payment.body(email: "viewer@example.com"))
             let (token, _) = try await Self.token(api, tenant, email: "viewer@example.com")
+            #expect(try await Self.rpc(api, token).headers[.retryAfter] == nil, "nothing pending yet")
+            _ = try await api.submit(tenant, Payment.body(email: "viewer@example.com"))
             let response = try await Self.bearerAccess(api, token)
             #expect(try response.json()["pending"] as? Bool == true)
             #expect(response.headers[.retryAfter] == "5")
+            let rpc = try await Self.rpc(api, token)
+            #expect(rpc.status == .ok)
+            #expect(rpc.headers[.retryAfter] == "5", "JSON-RPC has no pending field: the header is all an app sees")
         }
     }
 
