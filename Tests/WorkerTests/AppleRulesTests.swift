@@ -479,15 +479,7 @@ struct AppleRulesTests {
     @Test("a job out of time whose last attempt found PostgreSQL away: granted when PostgreSQL holds its grant (the COMMIT's answer lost), left for a claim while it cannot tell, never failed", arguments: [true, false])
     func outOfTimeAfterOutage(postgresAnswers: Bool) async throws {
         try await WorkerHarness.with { harness in
-            try await harness.app(Self.bundle, selling: [.premium])
-            let transaction = ScenarioReceipt.transactionId()
-            // Accepted longer ago than the policy's age limit: its first outcome that is not final ends it.
-            let job = ReceiptJob(
-                jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "PREMIUM",
-                transactionId: transaction, receiptData: ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)]),
-                appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds() - harness.retry.maxAgeSeconds * 1000 - 60_000
-            )
-            guard case .created = try await harness.queue.enqueue(job, keyTTLSeconds: 3600) else { throw ManagedProcess.Failure("not created") }
+            let job = try await Self.enqueuePastAgeLimit(harness)
             // Its grant commits, and the attempt that committed it sees PostgreSQL go away (a failover cut the COMMIT's answer).
             guard case .granted = await harness.emulatorFulfiller().fulfil(job, logger: Logger(label: "test.worker")) else {
                 Issue.record("not granted")
@@ -521,6 +513,33 @@ struct AppleRulesTests {
                 #expect(try await harness.record(job.jobId).status == .granted)
             }
             #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.isEmpty)
+        }
+    }
+
+    /// A premium purchase accepted longer ago than the policy's age limit: its first outcome that is not final ends it.
+    private static func enqueuePastAgeLimit(_ harness: WorkerHarness) async throws -> ReceiptJob {
+        try await harness.app(Self.bundle, selling: [.premium])
+        let transaction = ScenarioReceipt.transactionId()
+        let job = ReceiptJob(
+            jobId: UUID().uuidString.lowercased(), publisherId: harness.publisher.id, customerEmail: WorkerHarness.buyer, offerId: "PREMIUM",
+            transactionId: transaction, receiptData: ScenarioReceipt.make(bundleId: Self.bundle, purchases: [.init(productId: "premium", transactionId: transaction)]),
+            appType: .ios, ipAddress: nil, acceptedAtMilliseconds: WallClock.nowMilliseconds() - harness.retry.maxAgeSeconds * 1000 - 60_000
+        )
+        guard case .created = try await harness.queue.enqueue(job, keyTTLSeconds: 3600) else { throw ManagedProcess.Failure("not created") }
+        return job
+    }
+
+    @Test("a job past the age limit whose attempt finds Apple unreachable is failed apple_unavailable on that attempt, not retried")
+    func pastAgeLimit() async throws {
+        try await WorkerHarness.with(appleBase: "http://127.0.0.1:1") { harness in
+            let job = try await Self.enqueuePastAgeLimit(harness)
+            _ = try await harness.work()
+            let record = try await harness.record(job.jobId)
+            #expect(record.status == .failed, "\(record)")
+            #expect(record.reason == "apple_unavailable", "\(record)")
+            #expect(record.attempts == 1, "\(record)")
+            #expect(try await harness.queue.deadLetters(limit: 10).deadLetters.map(\.jobId) == [job.jobId])
+            try await harness.expectNothingGranted()
         }
     }
 
