@@ -380,6 +380,59 @@ struct StartupTests {
     }
 
     @Test(
+        "Redis refusing a running process's credentials (a password rotated in Redis first) makes it unready, never stops it, and it is ready again once they are accepted",
+        .timeLimit(.minutes(2)), arguments: Self.servingProcesses
+    )
+    func credentialsRefusedWhileRunning(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
+        let user = "tg_test_\(UInt32.random(in: 0...UInt32.max))"
+        let password = "secret-\(UInt64.random(in: 1...UInt64.max))"
+        let admin = try TestEnvironment.redis(connections: 1)
+        try await admin.send("ACL", "SETUSER", user, "on", ">\(password)", "~*", "&*", "+@all")
+        let process = try ManagedProcess(
+            executable: executable, arguments: arguments,
+            environment: environment.merging([
+                "TOLLGATE_REDIS_URL": try TestEnvironment.redisURL(user: user, password: password, database: 0),
+                "TOLLGATE_DATABASE_URL": try await TestEnvironment.freshDatabase(), "TOLLGATE_HTTP_HOST": "127.0.0.1",
+                "TOLLGATE_QUEUE_PREFIX": TestEnvironment.uniquePrefix(),
+            ]) { _, new in new },
+            portFileVariable: portFileVariable
+        )
+        let http = HTTPClient(eventLoopGroupProvider: .singleton)
+        do {
+            let port = try await process.port()
+            func ready() async -> UInt? {
+                try? await http.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/health/ready"), timeout: .seconds(10)).status.code
+            }
+            _ = try await Poll.until(timeout: .seconds(30), "\(executable) ready") { await ready() == 200 ? true : nil }
+            // Rotated in Redis first, and its connections cut: every new one is refused.
+            try await admin.send("ACL", "SETUSER", user, "resetpass", ">another-\(password)")
+            _ = try await admin.send("CLIENT", "KILL", "USER", user)
+            _ = try await Poll.until(timeout: .seconds(30), "\(executable) unready") { await ready() == 503 ? true : nil }
+            if executable == "tollgate-worker" {
+                _ = try await Poll.until(timeout: .seconds(30), "the refusal logged") {
+                    process.log().contains("check TOLLGATE_REDIS_URL") ? true : nil
+                }
+            }
+            #expect(process.isRunning, "a refusal while running must not stop it (exit 2 is never restarted): \(process.logTail())")
+            // Put right: ready again, without a restart.
+            try await admin.send("ACL", "SETUSER", user, "resetpass", ">\(password)")
+            _ = try await Poll.until(timeout: .seconds(60), "\(executable) ready again") { await ready() == 200 ? true : nil }
+            process.signal(SIGTERM)
+            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+            #expect(!process.log().contains(password), "the password is never logged")
+        } catch {
+            await process.stop()
+            try? await http.shutdown()
+            _ = try? await admin.send("ACL", "DELUSER", user)
+            await admin.shutdown()
+            throw error
+        }
+        try await http.shutdown()
+        _ = try? await admin.send("ACL", "DELUSER", user)
+        await admin.shutdown()
+    }
+
+    @Test(
         "a listen address that is no address of this machine stops the API and the worker with exit 2 and one line naming TOLLGATE_HTTP_HOST",
         arguments: Self.servingProcesses
     )
