@@ -213,6 +213,10 @@ struct ResilienceTests {
                 return job["status"] as? String == "retrying" && (job["attempts"] as? Int ?? 0) >= 3 ? job : nil
             }
             #expect(retrying["reason"] as? String == "apple_unavailable")
+            // What operators alert on moves: retries parked in the delayed set (the API's gauges, every 5 s).
+            _ = try await Poll.until(timeout: .seconds(30), "tollgate_queue_delayed shows the retries") {
+                (MetricsTests.value(try await MetricsTests.scrape(system, system.apiBase + "/metrics"), "tollgate_queue_delayed") ?? 0) > 0 ? true : nil
+            }
             let nextAttempt = try #require(retrying["nextAttemptAt"] as? Int)
             // Read a moment after the poll saw it: promotion and the next read may lag on a loaded machine.
             #expect(nextAttempt >= Int(Date().timeIntervalSince1970) - 10)
@@ -230,7 +234,9 @@ struct ResilienceTests {
     @Test("with Apple down past the attempt limit, jobs end failed, and a requeue grants them")
     func deadLetterAndRequeue() async throws {
         try await Self.with(["TOLLGATE_RETRY_BASE_MS": "50", "TOLLGATE_RETRY_MAX_DELAY_MS": "200", "TOLLGATE_RETRY_MAX_ATTEMPTS": "3", "TOLLGATE_APPLE_TIMEOUT_MS": "1000"]) { system in
-            try await system.startWorker(name: "e2e-dead")
+            let worker = try await system.startWorker(name: "e2e-dead")
+            let workerMetrics = "http://127.0.0.1:\(try await worker.port())/metrics"
+            let apiMetrics = system.apiBase + "/metrics"
             let publisher = try await system.createPublisher(products: [Self.coins])
             await system.stopEmulator()
             let transaction = ScenarioReceipt.transactionId()
@@ -247,6 +253,15 @@ struct ResilienceTests {
             let dead = try await system.request(.GET, "/admin/v1/dead-letters", headers: system.admin)
             let letters = try #require(dead.json["deadLetters"] as? [[String: Any]])
             #expect(letters.compactMap { $0["jobId"] as? String } == [jobId])
+            // What operators alert on: the failure counted once with its reason, and the dead-letter gauge.
+            let failedCount = try await Poll.until(timeout: .seconds(30), "the worker counted the failure") {
+                MetricsTests.value(try await MetricsTests.scrape(system, workerMetrics), "tollgate_jobs_total", ["status": "failed"])
+            }
+            #expect(failedCount == 1)
+            #expect(MetricsTests.value(try await MetricsTests.scrape(system, workerMetrics), "tollgate_jobs_total", ["status": "failed", "reason": "apple_unavailable"]) == 1)
+            _ = try await Poll.until(timeout: .seconds(30), "tollgate_queue_dead_letters shows it") {
+                MetricsTests.value(try await MetricsTests.scrape(system, apiMetrics), "tollgate_queue_dead_letters") == 1 ? true : nil
+            }
 
             try await system.startEmulator()
             let requeued = try await system.request(.POST, "/admin/v1/dead-letters/\(jobId)/requeue", headers: system.admin)
@@ -259,6 +274,9 @@ struct ResilienceTests {
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 1)
             let queue = try await system.request(.GET, "/admin/v1/queue", headers: system.admin)
             #expect(queue.json["dead"] as? Int == 0)
+            _ = try await Poll.until(timeout: .seconds(30), "tollgate_queue_dead_letters back to 0") {
+                MetricsTests.value(try await MetricsTests.scrape(system, apiMetrics), "tollgate_queue_dead_letters") == 0 ? true : nil
+            }
         }
     }
 }
