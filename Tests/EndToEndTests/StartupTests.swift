@@ -432,6 +432,26 @@ struct StartupTests {
         await admin.shutdown()
     }
 
+    @Test("`tollgate-api migrate` applies what a database lacks and exits 0, says it is up to date the second time, and exits 1 (not 2: systemd retries) while PostgreSQL is unreachable")
+    func migrateCommand() async throws {
+        let latest = try #require(Migrations.all.last)
+        let behind = try await TestEnvironment.freshDatabase(migrations: Array(Migrations.all.dropLast()))
+        func migrate(_ url: String) async throws -> (exit: Int32, log: String) {
+            let process = try ManagedProcess(executable: "tollgate-api", arguments: ["migrate"], environment: ["TOLLGATE_DATABASE_URL": url], portFileVariable: nil)
+            let exit = try await process.waitForExit(timeout: .seconds(60))
+            return (exit, process.log())
+        }
+        let first = try await migrate(behind)
+        #expect(first.exit == 0, "\(first.log)")
+        #expect(first.log.contains("applied migrations \(latest.version)"), "\(first.log)")
+        let second = try await migrate(behind)
+        #expect(second.exit == 0, "\(second.log)")
+        #expect(second.log.contains("schema is up to date"), "\(second.log)")
+        let unreachable = try await migrate("postgres://tollgate@127.0.0.1:1/tollgate")
+        #expect(unreachable.exit == 1, "\(unreachable.log)")
+        #expect(unreachable.log.contains("tollgate-api migrate:"), "\(unreachable.log)")
+    }
+
     @Test(
         "a listen address that is no address of this machine stops the API and the worker with exit 2 and one line naming TOLLGATE_HTTP_HOST",
         arguments: Self.servingProcesses
