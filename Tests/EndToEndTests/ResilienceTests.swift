@@ -51,6 +51,25 @@ struct ResilienceTests {
         try await TestEnvironment.using(system) { try await body(system) }
     }
 
+    @Test("a worker keeps at most TOLLGATE_WORKER_CONCURRENCY verifications in flight, and reaches it under a backlog")
+    func concurrencyBound() async throws {
+        try await Self.with(["TOLLGATE_WORKER_CONCURRENCY": "4"]) { system in
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            // 24 receipts of 1 s each, queued before the worker starts: at 4 at a time, about 6 s of work.
+            let jobs = try await ReceiptToAccessTests.postBurst(system, publisher, count: 24, latencyMs: 1000)
+            let worker = try await system.startWorker(name: "e2e-bounded")
+            let metrics = "http://127.0.0.1:\(try await worker.port())/metrics"
+            var most = 0.0
+            _ = try await Poll.until(timeout: .seconds(120), interval: .milliseconds(50), "every job granted") {
+                let inFlight = MetricsTests.value(try await MetricsTests.scrape(system, metrics), "tollgate_verifications_in_flight") ?? 0
+                most = max(most, inFlight)
+                #expect(inFlight <= 4, "\(inFlight) verifications in flight")
+                return try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count ? true : nil
+            }
+            #expect(most == 4, "the worker used its concurrency: at most \(most) in flight")
+        }
+    }
+
     @Test("a worker receiving SIGTERM under load exits 0 within the grace period and no job it held is lost")
     func gracefulShutdown() async throws {
         // 64 jobs in flight at most: enough to be many, few enough for a loaded 2-core machine to finish
