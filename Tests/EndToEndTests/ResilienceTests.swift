@@ -51,6 +51,26 @@ struct ResilienceTests {
         try await TestEnvironment.using(system) { try await body(system) }
     }
 
+    @Test("a worker killed with kill -9 and started again under the same name replays what it held at once, without waiting for the claim idle time")
+    func sameNameResumes() async throws {
+        // Five minutes before a peer may claim: only the restarted worker's own replay can finish the jobs in time.
+        try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "300000", "TOLLGATE_WORKER_CONCURRENCY": "16"]) { system in
+            let publisher = try await system.createPublisher(products: [Self.coins])
+            let jobs = try await ReceiptToAccessTests.postBurst(system, publisher, count: 64, latencyMs: 500)
+            let worker = try await system.startWorker(name: "e2e-same-name")
+            _ = try await Poll.until(timeout: .seconds(60), "some grants before the kill") {
+                try await system.count("SELECT count(*) FROM wallet_entries") >= 8 ? true : nil
+            }
+            worker.signal(SIGKILL)
+            _ = try await worker.waitForExit()
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") < jobs.count, "the kill must land mid-burst")
+            let restarted = try await system.startWorker(name: "e2e-same-name")
+            try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(60))
+            #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count, "each credited once")
+            #expect(restarted.log().contains("replaying entries this worker held"), "\(restarted.logTail())")
+        }
+    }
+
     @Test("a worker keeps at most TOLLGATE_WORKER_CONCURRENCY verifications in flight, and reaches it under a backlog")
     func concurrencyBound() async throws {
         try await Self.with(["TOLLGATE_WORKER_CONCURRENCY": "4"]) { system in
