@@ -432,6 +432,34 @@ struct StartupTests {
         await admin.shutdown()
     }
 
+    @Test(
+        "a Redis that could lose accepted receipts (AOF off, eviction allowed) is named in two warnings when the API or a worker starts",
+        .timeLimit(.minutes(2)), arguments: Self.servingProcesses
+    )
+    func unsafeRedisWarned(executable: String, arguments: [String], environment: [String: String], portFileVariable: String) async throws {
+        let redis = try await DedicatedRedis(arguments: ["--appendonly", "no", "--maxmemory-policy", "allkeys-lru"])
+        let process = try ManagedProcess(
+            executable: executable, arguments: arguments,
+            environment: environment.merging([
+                "TOLLGATE_REDIS_URL": redis.url, "TOLLGATE_DATABASE_URL": try TestEnvironment.databaseURL(), "TOLLGATE_HTTP_HOST": "127.0.0.1",
+            ]) { _, new in new },
+            portFileVariable: portFileVariable
+        )
+        do {
+            _ = try await Poll.until(timeout: .seconds(30), "both warnings logged") {
+                let log = process.log()
+                return log.contains("Redis runs with appendonly=no") && log.contains(#""maxmemory-policy":"allkeys-lru""#) ? true : nil
+            }
+            process.signal(SIGTERM)
+            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+        } catch {
+            await process.stop()
+            await redis.shutdown()
+            throw error
+        }
+        await redis.shutdown()
+    }
+
     @Test("`tollgate-api migrate` applies what a database lacks and exits 0, says it is up to date the second time, and exits 1 (not 2: systemd retries) while PostgreSQL is unreachable")
     func migrateCommand() async throws {
         let latest = try #require(Migrations.all.last)
