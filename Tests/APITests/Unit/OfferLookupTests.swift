@@ -10,20 +10,7 @@ import TestSupport
 struct OfferLookupTests {
     @Test("made-up offer ids answer 422 from the publisher's offer ids in memory, not one PostgreSQL query each")
     func madeUpOffers() async throws {
-        let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 2)
-        let redis = try TestEnvironment.redis()
-        try await TestEnvironment.using(database, redis) {
-            let catalog = CatalogStore(database: database)
-            let publisher = try await catalog.createPublisher(name: "Offer look-ups").0
-            _ = try await catalog.createApp(publisherId: publisher.id, bundleId: "com.example.offers", sharedSecret: nil, allowSandbox: true)
-            _ = try await catalog.createProduct(ProductDraft(
-                publisherId: publisher.id, bundleId: "com.example.offers", productId: "known", offerId: "KNOWN", kind: .nonConsumable,
-                title: "Known", description: nil, coins: nil, durationDays: nil, enabled: true
-            ))
-            let services = await APIServices(
-                configuration: try Configuration(environment: [:]), redis: redis, database: database, logger: Logger(label: "test.api"),
-                offerIdsLifetime: 3600
-            )
+        try await Self.withKnownOffer(offerIdsLifetime: 3600) { database, _, publisher, services in
             #expect(try await services.offerProducts(publisherId: publisher.id, offerId: "KNOWN").map(\.productId) == ["known"])
             try await Self.expectUnknown(services, publisher.id, "made-up-0")
 
@@ -38,27 +25,11 @@ struct OfferLookupTests {
 
     @Test("while PostgreSQL is away, an offer missing from offer ids read before is 503, not 422: it may have been created since")
     func offerCreatedBeforeAnOutage() async throws {
-        let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 2)
-        let redis = try TestEnvironment.redis()
-        try await TestEnvironment.using(database, redis) {
-            let catalog = CatalogStore(database: database)
-            let publisher = try await catalog.createPublisher(name: "Offer look-ups").0
-            _ = try await catalog.createApp(publisherId: publisher.id, bundleId: "com.example.offers", sharedSecret: nil, allowSandbox: true)
-            func product(_ offerId: String) -> ProductDraft {
-                ProductDraft(
-                    publisherId: publisher.id, bundleId: "com.example.offers", productId: offerId.lowercased(), offerId: offerId, kind: .nonConsumable,
-                    title: offerId, description: nil, coins: nil, durationDays: nil, enabled: true
-                )
-            }
-            _ = try await catalog.createProduct(product("KNOWN"))
-            // Offer ids that are past their lifetime at once: every look-up after the first asks PostgreSQL again.
-            let services = await APIServices(
-                configuration: try Configuration(environment: [:]), redis: redis, database: database, logger: Logger(label: "test.api"),
-                offerIdsLifetime: 0
-            )
+        // Offer ids that are past their lifetime at once: every look-up after the first asks PostgreSQL again.
+        try await Self.withKnownOffer(offerIdsLifetime: 0) { database, catalog, publisher, services in
             try await Self.expectUnknown(services, publisher.id, "NEW")
             // Created through another API process (this one's caches are not told), just before PostgreSQL goes away.
-            _ = try await catalog.createProduct(product("NEW"))
+            _ = try await catalog.createProduct(Self.product("NEW", of: publisher.id))
             _ = try await database.query("ALTER TABLE products RENAME TO products_elsewhere")
             do {
                 _ = try await services.offerProducts(publisherId: publisher.id, offerId: "NEW")
@@ -72,6 +43,33 @@ struct OfferLookupTests {
                 try? await services.offerProducts(publisherId: publisher.id, offerId: "NEW").map(\.productId)
             }
             #expect(found == ["new"])
+        }
+    }
+
+    /// A non-consumable sold under `offerId` by the publisher's app.
+    static func product(_ offerId: String, of publisherId: UUID) -> ProductDraft {
+        ProductDraft(
+            publisherId: publisherId, bundleId: "com.example.offers", productId: offerId.lowercased(), offerId: offerId, kind: .nonConsumable,
+            title: offerId, description: nil, coins: nil, durationDays: nil, enabled: true
+        )
+    }
+
+    /// A publisher with an app selling offer `KNOWN` (product `known`), and the API's services over it.
+    static func withKnownOffer(
+        offerIdsLifetime: Double, _ body: (PostgresClient, CatalogStore, Publisher, APIServices) async throws -> Void
+    ) async throws {
+        let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 2)
+        let redis = try TestEnvironment.redis()
+        try await TestEnvironment.using(database, redis) {
+            let catalog = CatalogStore(database: database)
+            let publisher = try await catalog.createPublisher(name: "Offer look-ups").0
+            _ = try await catalog.createApp(publisherId: publisher.id, bundleId: "com.example.offers", sharedSecret: nil, allowSandbox: true)
+            _ = try await catalog.createProduct(Self.product("KNOWN", of: publisher.id))
+            let services = await APIServices(
+                configuration: try Configuration(environment: [:]), redis: redis, database: database, logger: Logger(label: "test.api"),
+                offerIdsLifetime: offerIdsLifetime
+            )
+            try await body(database, catalog, publisher, services)
         }
     }
 
