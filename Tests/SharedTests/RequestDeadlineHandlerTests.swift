@@ -22,7 +22,30 @@ struct RequestDeadlineHandlerTests {
     /// A connection whose request head has arrived, and whose server reads on.
     private static func readingBody() throws -> EmbeddedChannel {
         let channel = try Self.connected()
+        try Self.headRead(channel)
+        return channel
+    }
+
+    /// One more byte of the body arrives `after` from now, and the server reads on.
+    private static func byteArrives(_ channel: EmbeddedChannel, after: TimeAmount) throws {
+        channel.embeddedEventLoop.advanceTime(by: after)
+        try channel.writeInbound(Self.byte)
+        Self.serverReads(channel)
+    }
+
+    /// A request head arrives and the server reads on.
+    private static func headRead(_ channel: EmbeddedChannel) throws {
         try channel.writeInbound(Self.head)
+        Self.serverReads(channel)
+    }
+
+    /// A connection whose request head arrived 10 s ago, while the server held reads back (its handler had not
+    /// got to the body: authentication waiting on Redis), and whose server now reads; still open.
+    private static func readingAfterHoldingBack() throws -> EmbeddedChannel {
+        let channel = try Self.connected()
+        try channel.writeInbound(Self.head)
+        channel.embeddedEventLoop.advanceTime(by: .seconds(10))
+        #expect(channel.isActive)
         Self.serverReads(channel)
         return channel
     }
@@ -49,11 +72,7 @@ struct RequestDeadlineHandlerTests {
     @Test("a body trickled a byte every 100 ms closes the connection 2 s after its head, not before")
     func trickledBody() throws {
         let channel = try Self.readingBody()
-        for _ in 0..<18 {
-            channel.embeddedEventLoop.advanceTime(by: .milliseconds(100))
-            try channel.writeInbound(Self.byte)
-            Self.serverReads(channel)
-        }
+        for _ in 0..<18 { try Self.byteArrives(channel, after: .milliseconds(100)) }
         Self.expectClosed(channel, in: .milliseconds(200))
     }
 
@@ -67,29 +86,21 @@ struct RequestDeadlineHandlerTests {
         #expect(channel.isActive)
         try Self.serverAnswers(channel, .ok)
 
-        try channel.writeInbound(Self.head)
-        Self.serverReads(channel)
+        try Self.headRead(channel)
         Self.expectClosed(channel, in: .seconds(2))
     }
 
     @Test("while the server holds reads back the deadline moves on by as long: the client still has its 2 s once the server reads again")
     func serverHoldsReadsBack() throws {
-        let channel = try Self.connected()
-        try channel.writeInbound(Self.head)
-        // No read asked for: the server's handler has not got to the body (authentication waiting on Redis).
-        channel.embeddedEventLoop.advanceTime(by: .seconds(10))
-        #expect(channel.isActive)
-        Self.serverReads(channel)
+        let channel = try Self.readingAfterHoldingBack()
         Self.expectClosed(channel, in: .seconds(2))
     }
 
     @Test("a pipelined request's deadline closes the connection only once the response to the request before it is written")
     func pipelined() throws {
-        let channel = try Self.connected()
-        try channel.writeInbound(Self.head)
+        let channel = try Self.readingBody()
         try channel.writeInbound(HTTPRequestPart.end(nil))
-        try channel.writeInbound(Self.head)
-        Self.serverReads(channel)
+        try Self.headRead(channel)
         channel.embeddedEventLoop.advanceTime(by: .seconds(3))
         #expect(channel.isActive, "the first request, read whole, is still being answered")
         try channel.writeOutbound(HTTPResponsePart.head(HTTPResponse(status: .ok)))
@@ -103,18 +114,13 @@ struct RequestDeadlineHandlerTests {
     func answeredEarly() throws {
         let channel = try Self.readingBody()
         try Self.serverAnswers(channel, .unauthorized)
-        channel.embeddedEventLoop.advanceTime(by: .milliseconds(1800))
-        try channel.writeInbound(Self.byte)
-        Self.serverReads(channel)
+        try Self.byteArrives(channel, after: .milliseconds(1800))
         Self.expectClosed(channel, in: .milliseconds(200))
     }
 
     @Test("a body that the server reads at once after holding reads back is not cut")
     func bodyReadAfterHoldingBack() throws {
-        let channel = try Self.connected()
-        try channel.writeInbound(Self.head)
-        channel.embeddedEventLoop.advanceTime(by: .seconds(10))
-        Self.serverReads(channel)
+        let channel = try Self.readingAfterHoldingBack()
         try channel.writeInbound(Self.byte)
         try channel.writeInbound(HTTPRequestPart.end(nil))
         channel.embeddedEventLoop.advanceTime(by: .seconds(10))
