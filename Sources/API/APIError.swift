@@ -56,6 +56,8 @@ struct APIError: Error, HTTPResponseError {
     /// A customer token (an app's credential) missing or wrong.
     static let unauthorizedCustomer = APIError(.unauthorized, code: "unauthorized", "missing or wrong credentials", challenge: #"Bearer realm="tollgate""#)
     static let notFound = APIError(.notFound, code: "not_found", "no such resource")
+    /// A request the shutdown cut off before it wrote anything.
+    static let shuttingDown = APIError(.serviceUnavailable, code: "shutting_down", "the server is shutting down; try again shortly", retryAfter: 5)
     static func unavailable(_ what: String) -> APIError {
         APIError(.serviceUnavailable, code: "dependency_unavailable", "\(what) is unavailable; try again shortly", retryAfter: 5)
     }

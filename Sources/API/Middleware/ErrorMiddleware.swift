@@ -35,6 +35,11 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             // an anonymous client could fill the logs with.
             context.logger.debug("request body broke off")
             return Self.translate(.badRequest).response
+        } catch is CancellationError {
+            // The shutdown's grace ran out while this request waited (for a PostgreSQL connection, say):
+            // nothing was written, and another API process can take it. Not a fault of this request.
+            context.logger.debug("request cut off by the shutdown")
+            return APIError.shuttingDown.response
         } catch is NIOTooManyBytesError {
             return APIError(.contentTooLarge, code: "body_too_large", "the body is larger than 1 MiB").response
         } catch let error as any HTTPResponseError {
