@@ -15,7 +15,9 @@ import Synchronization
 /// commits a grant's writes. A job that ends without writing (Apple refused the receipt, or is away; the
 /// catalog may come from the cache) proves nothing and leaves the trial open. A trial job that finds
 /// PostgreSQL away again spends its attempt (so a job that itself makes PostgreSQL fail cannot loop for
-/// good), and the next probe waits longer, doubling from the probe interval up to 30 s.
+/// good), and the next probe waits longer, doubling from the probe interval up to 30 s. So does a job that
+/// was already running before the probe and finds PostgreSQL away during the trial (it is parked, its
+/// attempt kept): either way the probe's answer did not hold.
 final class DatabaseWatch: Sendable {
     private struct State {
         var away = false
@@ -82,7 +84,7 @@ final class DatabaseWatch: Sendable {
         }
         var pause = Self.pause(afterFailedTrials: failedTrials, interval: interval)
         if pause > .zero {
-            logger.warning("PostgreSQL answers but failed the job tried on it; trying another later", metadata: [
+            logger.warning("PostgreSQL answered a probe, then failed a job again; trying another job later", metadata: [
                 "failed_trials": "\(failedTrials)", "retry_in": "\(pause)",
             ])
         }
