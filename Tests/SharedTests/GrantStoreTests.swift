@@ -65,6 +65,12 @@ struct GrantStoreTests {
             }
         }
 
+        /// The receipt digests a transaction's ledger rows keep.
+        func receiptDigests(_ transactionId: String) async throws -> [String?] {
+            try await self.database.query("SELECT receipt_digest FROM transactions WHERE transaction_id = $1", [transactionId])
+                .rows.map { try $0.decode(String?.self, "receipt_digest") }
+        }
+
         func walletEntries(_ customer: String) async throws -> [(kind: String, coins: Int)] {
             try await self.database.query(
                 "SELECT kind, coins FROM wallet_entries WHERE customer_email = $1 ORDER BY id", [customer]
@@ -391,8 +397,13 @@ struct GrantStoreTests {
             let p3 = period(Fixtures.transactionId(), now.addingTimeInterval(20 * Self.day))
             let latest = Date(timeIntervalSince1970: Double(p3.expiresDateMilliseconds!) / 1000)
 
-            let outcome = try await world.grants.grant(world.request("a@example.com", world.subscription, p1, renewals: [p3, p1, p2]))
+            let request = world.request("a@example.com", world.subscription, p1, renewals: [p3, p1, p2])
+            let outcome = try await world.grants.grant(request)
             #expect(outcome == .granted(expiresAt: latest))
+            // Every row names the receipt that brought it in.
+            for period in [p1, p2, p3] {
+                #expect(try await world.receiptDigests(period.transactionId) == [ReceiptDigest.hex(of: request.job.receiptData)])
+            }
             // The other periods became ledger rows of their own, each with its dates to the millisecond.
             for period in [p2, p3] {
                 let dates = try await world.periodDates(period.transactionId)
@@ -593,8 +604,10 @@ struct GrantStoreTests {
             let (first, renewal) = Self.twoPeriods(now, endingInDays: 10, 40)
             _ = try await world.grants.grant(world.request("a@example.com", world.subscription, first, renewals: [first]))
             // Another customer's receipt lists the renewal: the owner's access follows it.
-            let applied = try await world.grants.applyEvidence(Self.evidence(world, "b@example.com", [first, renewal]))
+            let evidence = Self.evidence(world, "b@example.com", [first, renewal])
+            let applied = try await world.grants.applyEvidence(evidence)
             #expect(applied.extended == 1)
+            #expect(try await world.receiptDigests(renewal.transactionId) == [ReceiptDigest.hex(of: evidence.job.receiptData)])
             #expect(Self.close(try await world.access("a@example.com", world.subscription).expiresAt, Self.date(renewal.expiresDateMilliseconds)))
             #expect(try await world.ledger(renewal.transactionId) == ["fulfilled"])
             let dates = try await world.periodDates(renewal.transactionId)

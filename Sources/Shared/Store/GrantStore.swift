@@ -45,6 +45,8 @@ public struct GrantStore: Sendable {
         let job = request.job
         let named = request.transaction
         let claimKey = Self.claimKey(named, byOriginal: request.product.kind.claimsByOriginalTransaction)
+        // Hashed once for every ledger row this grant writes (a receipt is some kilobytes).
+        let digest = ReceiptDigest.hex(of: job.receiptData)
         // The subscription's other periods the answer says are paid for, as the ledger knows them after the
         // lock: an answer taken just before Apple refunded one of them may reach here after the refund did.
         let paidPeriods = request.product.kind == .autoRenewable
@@ -68,7 +70,7 @@ public struct GrantStore: Sendable {
                 """,
                 [job.publisherId, claimKey, job.customerEmail]
             ),
-            Self.recordVerifiedStatement(request, claimKey: claimKey),
+            Self.recordVerifiedStatement(request, claimKey: claimKey, receiptDigest: digest),
         ] + refundedPeriods)
         var refunded = refundedPeriods.isEmpty ? [] : Set(try opened[5].rows.map { try $0.decode(String.self, "transaction_id") })
         var owner = try opened[3].first?.decode(String.self, "customer_email")
@@ -106,7 +108,7 @@ public struct GrantStore: Sendable {
             request.transaction = paid
             let switched = try await session.pipeline([
                 Self.invalidateStatement(ledgerId: ledger.id, reason: JobReason.refunded.rawValue),
-                Self.recordVerifiedStatement(request, claimKey: claimKey),
+                Self.recordVerifiedStatement(request, claimKey: claimKey, receiptDigest: digest),
             ])
             guard let row = switched[1].first else { throw PostgresError(.decoding, "the ledger upsert returned no row") }
             ledger = try Self.ledger(row)
@@ -195,7 +197,7 @@ public struct GrantStore: Sendable {
         let renewals = counted.isEmpty ? [] : [
             Self.renewalsStatement(
                 counted, owner: job.customerEmail, product: request.product, publisherId: job.publisherId, appId: request.app.id,
-                environment: request.environment, receiptData: job.receiptData, verifiedAt: request.verifiedAt
+                environment: request.environment, receiptDigest: digest, verifiedAt: request.verifiedAt
             ),
         ]
         try await session.pipeline([write] + renewals + [
@@ -408,7 +410,8 @@ public struct GrantStore: Sendable {
     private static func extend(_ renewal: Renewal, evidence: Evidence, session: PostgresSession) async throws -> Int {
         let periods = Self.renewalsStatement(
             renewal.entries, owner: renewal.holder.customerEmail, product: renewal.product, publisherId: evidence.publisherId,
-            appId: evidence.appId, environment: evidence.environment, receiptData: evidence.job.receiptData, verifiedAt: evidence.verifiedAt
+            appId: evidence.appId, environment: evidence.environment, receiptDigest: ReceiptDigest.hex(of: evidence.job.receiptData),
+            verifiedAt: evidence.verifiedAt
         )
         let results = try await session.pipeline([periods, Self.extendStatement(renewal, publisherId: evidence.publisherId)])
         return results[1].affectedRows
@@ -498,7 +501,7 @@ public struct GrantStore: Sendable {
     /// instead of finding it done. Dates travel as Unix milliseconds ('' for none), exactly.
     private static func renewalsStatement(
         _ entries: [AppleTransaction], owner: String, product: Product, publisherId: UUID, appId: UUID, environment: String,
-        receiptData: String, verifiedAt: Date
+        receiptDigest: String, verifiedAt: Date
     ) -> (String, [any PostgresEncodable]) {
         func milliseconds(_ value: Int64?) -> String { value.map(String.init) ?? "" }
         return (
@@ -524,7 +527,7 @@ public struct GrantStore: Sendable {
             ON CONFLICT (app_id, transaction_id) DO NOTHING
             """,
             [
-                publisherId, appId, product.id, owner, product.offerId, environment, ReceiptDigest.hex(of: receiptData), verifiedAt,
+                publisherId, appId, product.id, owner, product.offerId, environment, receiptDigest, verifiedAt,
                 PostgresTextArray(entries.map(\.transactionId)), PostgresTextArray(entries.map(\.originalTransactionId)),
                 PostgresTextArray(entries.map(\.productId)), PostgresTextArray(entries.map { milliseconds($0.purchaseDateMilliseconds) }),
                 PostgresTextArray(entries.map { milliseconds($0.expiresDateMilliseconds) }),
@@ -590,7 +593,7 @@ public struct GrantStore: Sendable {
     /// Upserts the ledger row, only if `claimKey` is this customer's (the claim precedes it in the same
     /// transaction), and in the same statement reads the customer's current entitlement (the lock is held,
     /// so it is the state this grant builds on).
-    private static func recordVerifiedStatement(_ request: GrantRequest, claimKey: String) -> (String, [any PostgresEncodable]) {
+    private static func recordVerifiedStatement(_ request: GrantRequest, claimKey: String, receiptDigest: String) -> (String, [any PostgresEncodable]) {
         let transaction = request.transaction
         let job = request.job
         func date(_ milliseconds: Int64?) -> Date? { milliseconds.map { Date(timeIntervalSince1970: Double($0) / 1000) } }
@@ -643,7 +646,7 @@ public struct GrantStore: Sendable {
             [
                 job.publisherId, request.app.id, request.product.id, transaction.transactionId, transaction.originalTransactionId,
                 transaction.productId, job.customerEmail, job.offerId, request.environment, job.jobId,
-                ReceiptDigest.hex(of: job.receiptData), date(transaction.purchaseDateMilliseconds),
+                receiptDigest, date(transaction.purchaseDateMilliseconds),
                 date(transaction.expiresDateMilliseconds), date(transaction.cancellationDateMilliseconds),
                 Date(timeIntervalSince1970: Double(job.acceptedAtMilliseconds) / 1000), request.verifiedAt, claimKey,
                 request.product.kind == .nonConsumable,
