@@ -170,7 +170,7 @@ struct ReceiptQueueTests {
                 QueueScripts.enqueue, keys: [harness.keys.stream, harness.keys.inflight] + items.flatMap(\.keys),
                 arguments: [harness.keys.jobPrefix, harness.keys.accessChannel] + items.flatMap(\.arguments)
             )
-            let parts = try #require(reply.array).map { $0.array?.first?.string }
+            let parts = try #require(reply.array).map { $0.string ?? $0.array?.first?.string }
             #expect(parts == ["created", "error", "created"])
             #expect(try #require(reply.array)[1].array?[1].string?.hasPrefix("WRONGTYPE") == true)
             #expect(try await harness.pending(first))

@@ -28,11 +28,12 @@ struct PaymentController {
             }
             return Self.resubmitted(jobId: existing.jobId, status: existing.status, context: context)
         }
-        switch try await self.services.queue.enqueue(job, keyTTLSeconds: self.services.keyTTLSeconds) {
+        let pending = self.services.queue.keys.pending(for: job)
+        switch try await self.services.queue.enqueue(job, keyTTLSeconds: self.services.keyTTLSeconds, pendingKey: pending) {
         case .created(let jobId):
             // Before answering: this process' next poll for the customer must already say `pending`.
-            self.services.accessCache.invalidate(self.services.queue.keys.pending(for: job))
-            context.logger.info("receipt accepted", metadata: ["job": "\(jobId)", "offer": "\(job.offerId)"])
+            self.services.accessCache.invalidate(pending)
+            context.logger.info("receipt accepted", metadata: ["job": .string(jobId), "offer": .string(job.offerId)])
             return JSONBody.response(.ok, Self.accepted(jobId: jobId))
         case .duplicate(let jobId, let status):
             return Self.resubmitted(jobId: jobId, status: status, context: context)

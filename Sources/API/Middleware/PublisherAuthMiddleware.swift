@@ -42,7 +42,7 @@ struct PublisherAuthMiddleware: RouterMiddleware {
             publisher = found
         }
         context.publisher = publisher
-        context.logger[metadataKey: "publisher"] = "\(publisher.id.lowercasedString)"
+        context.logger[metadataKey: "publisher"] = .string(publisher.id.lowercasedString)
         return try await next(request, context)
     }
 }

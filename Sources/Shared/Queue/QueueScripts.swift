@@ -71,8 +71,10 @@ enum QueueScripts {
     /// KEYS: stream, inflight, then per submission: dedup, job, pending, and claim when it has a
     /// transaction id. ARGV: job key prefix, access channel, then per submission: jobId, customer, offer,
     /// publisherId, payload, now (ms), key TTL (s), has claim ('1' or '0'). Returns one reply per
-    /// submission: {'created', jobId, 'queued'} | {'duplicate', jobId, status} | {'claimed'} | {'error', message}
-    /// (a key of that submission holds another type; what it wrote before stays, as when it is sent alone).
+    /// submission: 'created' | {'duplicate', jobId, status} | {'claimed'} | {'error', message} (a key of that
+    /// submission holds another type; what it wrote before stays, as when it is sent alone). A new job's hash
+    /// has no `attempts` (0 until `start` counts one) and no `updatedAt` (its `acceptedAt` until a script
+    /// changes it): the fewer fields each receipt writes, the less Redis and its AOF carry per accept.
     ///
     /// Every script that changes what a customer's access status answers (`pending`, or a grant behind a
     /// final status) publishes the pending key on the access channel, so API caches drop that answer.
@@ -93,16 +95,15 @@ enum QueueScripts {
           end
           local holds = claim and (not owner or held > 0)
           local entry = redis.call('XADD', KEYS[1], '*', 'job', ARGV[a])
-          redis.call('HSET', job, 'status', 'queued', 'attempts', 0, 'customerEmail', ARGV[a + 1], 'offerId', ARGV[a + 2],
-            'publisherId', ARGV[a + 3], 'payload', ARGV[a + 4], 'acceptedAt', ARGV[a + 5], 'updatedAt', ARGV[a + 5], 'entry', entry,
-            'claimed', holds and 1 or 0)
+          redis.call('HSET', job, 'status', 'queued', 'customerEmail', ARGV[a + 1], 'offerId', ARGV[a + 2],
+            'publisherId', ARGV[a + 3], 'payload', ARGV[a + 4], 'acceptedAt', ARGV[a + 5], 'entry', entry, 'claimed', holds and 1 or 0)
           redis.call('ZADD', KEYS[2], ARGV[a + 5], ARGV[a])
           redis.call('SET', dedup, ARGV[a], 'EX', ARGV[a + 6])
           redis.call('SADD', pending, ARGV[a])
           redis.call('EXPIRE', pending, ARGV[a + 6])
           if holds then redis.call('SET', claim, holding(ARGV[a + 1], held + 1), 'EX', ARGV[a + 6]) end
           redis.call('PUBLISH', ARGV[2], pending)
-          return {'created', ARGV[a], 'queued'}
+          return 'created'
         end
         local replies = {}
         local k = 3

@@ -104,12 +104,13 @@ public struct ReceiptQueue: Sendable {
     /// Stores a job atomically, or finds the identical submission, or refuses a claimed transaction.
     ///
     /// Submissions made while another call is in flight share the next call of the script; each is
-    /// decided on its own, in order.
-    public func enqueue(_ job: ReceiptJob, keyTTLSeconds: Int) async throws -> EnqueueOutcome {
-        let parts = try await self.submissions.run(self.submission(job, keyTTLSeconds: keyTTLSeconds)).array ?? []
+    /// decided on its own, in order. `pendingKey` is the job's ``QueueKeys/pending(for:)``, for a caller that
+    /// needs it too (it is a SHA-256): made here when not given.
+    public func enqueue(_ job: ReceiptJob, keyTTLSeconds: Int, pendingKey: String? = nil) async throws -> EnqueueOutcome {
+        let reply = try await self.submissions.run(self.submission(job, keyTTLSeconds: keyTTLSeconds, pendingKey: pendingKey))
+        if reply.string == "created" { return .created(jobId: job.jobId) }
+        let parts = reply.array ?? []
         switch parts.first?.string {
-        case "created":
-            return .created(jobId: job.jobId)
         case "duplicate":
             guard parts.count == 3, let jobId = parts[1].string, let status = parts[2].string.flatMap(JobStatus.init) else {
                 throw RedisError(.protocolViolation, "enqueue returned a malformed duplicate")
@@ -125,9 +126,9 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// One submission's part of a call of the enqueue script.
-    func submission(_ job: ReceiptJob, keyTTLSeconds: Int) -> RedisBatcher.Item {
+    func submission(_ job: ReceiptJob, keyTTLSeconds: Int, pendingKey: String? = nil) -> RedisBatcher.Item {
         RedisBatcher.Item(
-            keys: [self.keys.dedup(for: job), self.keys.job(job.jobId), self.keys.pending(for: job)] + self.claimKeys(job),
+            keys: [self.keys.dedup(for: job), self.keys.job(job.jobId), pendingKey ?? self.keys.pending(for: job)] + self.claimKeys(job),
             arguments: [
                 job.jobId, job.customerEmail, job.offerId, job.publisherId.lowercasedString, job.json,
                 String(job.acceptedAtMilliseconds), String(keyTTLSeconds), job.transactionId == nil ? "0" : "1",
