@@ -307,6 +307,69 @@ struct StartupTests {
         }
     }
 
+    @Test(
+        "a request still waiting for a PostgreSQL connection when the API's grace runs out is cut off with nothing written and no error line, not a 500",
+        .timeLimit(.minutes(2))
+    )
+    func requestCutOffByTheStop() async throws {
+        let url = try await TestEnvironment.freshDatabase()
+        let database = PostgresClient(url: url, connections: 2)
+        let token = "admin-" + TestEnvironment.uniquePrefix()
+        let settings = ["TOLLGATE_DATABASE_URL": url, "TOLLGATE_DATABASE_POOL_SIZE": "1", "TOLLGATE_SHUTDOWN_GRACE_S": "1", "TOLLGATE_ADMIN_TOKEN": token]
+        try await TestEnvironment.using(database) {
+            try await Self.withAPI(settings) { process in
+                let port = try await process.port()
+                func request(_ method: String, _ path: String, body: String = "") -> String {
+                    "\(method) \(path) HTTP/1.1\r\nHost: tollgate\r\nAuthorization: Bearer \(token)\r\nContent-Type: application/json\r\n"
+                        + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
+                }
+                let admin = try #require(LoopbackSocket(port: port))
+                #expect(admin.write(request("POST", "/admin/v1/publishers", body: #"{"name":"cut off"}"#)))
+                let created = admin.read(until: "\"basicAuth\"", seconds: 30)
+                let publisherId = try #require(created.firstMatch(of: /"id":"([0-9a-f-]{36})"/)?.1, "\(created)")
+                let listing = request("GET", "/admin/v1/products?publisherId=\(publisherId)")
+
+                // The API's one connection waits on a lock in A's listing; B then waits for that connection.
+                let (released, release) = AsyncStream<Void>.makeStream()
+                let (locked, locking) = AsyncStream<Void>.makeStream()
+                let holder = Task {
+                    try await database.withConnection { session in
+                        try await session.query("BEGIN")
+                        try await session.query("LOCK TABLE products IN ACCESS EXCLUSIVE MODE")
+                        locking.yield()
+                        for await _ in released { break }
+                        try await session.query("ROLLBACK")
+                    }
+                }
+                for await _ in locked { break }
+                let first = try #require(LoopbackSocket(port: port))
+                #expect(first.write(listing))
+                _ = try await Poll.until(timeout: .seconds(30), "the listing to wait on the lock") {
+                    try await database.query(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM products%'"
+                    ).first
+                }
+                let second = try #require(LoopbackSocket(port: port))
+                #expect(second.write(listing))
+                _ = try await Poll.until(timeout: .seconds(30), "the API to read B's request") { second.peerReadEverything() ? true : nil }
+
+                process.signal(SIGTERM)
+                // The grace over, the server closes its connections as it cancels their handlers: B's wait ends with
+                // CancellationError, which is the shutdown's doing, not a fault (an answer, if one could still be
+                // written, would be 503 shutting_down).
+                let cut = second.read(until: "}", seconds: 30)
+                #expect(cut.isEmpty || cut.hasPrefix("HTTP/1.1 503"), "\(cut)")
+                #expect(second.closedByPeer(within: 10))
+                release.finish()
+                try await holder.value
+                // A held the connection in its query, which cancellation cannot reach: the stop waits for it.
+                #expect(first.closedByPeer(within: 10))
+                #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+                #expect(!process.logTail(lines: 1000).contains("request failed"), "\(process.logTail())")
+            }
+        }
+    }
+
     /// One write: a whole request (`GET live`, whose answer ends with `marker`), then the head of a POST to `stalled`
     /// and 1 byte of its 100. Once the first one's answer is back, the server has read the second one's head too,
     /// and waits for its body. A SIGTERM then must end the process with exit 0 within `limit`, closing the connection.

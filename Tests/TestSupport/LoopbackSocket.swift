@@ -56,6 +56,46 @@ public final class LoopbackSocket {
         return String(decoding: received, as: UTF8.self)
     }
 
+    /// Whether the other end has read everything sent to it so far: its socket's receive queue, in
+    /// `/proc/net/tcp`, is empty. On loopback what `write` sent is in that queue when `write` returns, so
+    /// polling this tells when the server has taken a request in, without waiting on the clock.
+    public func peerReadEverything() -> Bool {
+        func port(_ call: (Int32, UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32) -> UInt16? {
+            var address = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let result = withUnsafeMutablePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(self.descriptor, $0, &length) }
+            }
+            return result == 0 ? UInt16(bigEndian: address.sin_port) : nil
+        }
+        guard let mine = port(getsockname), let theirs = port(getpeername), let table = Self.procNetTCP() else { return false }
+        let local = String(format: "0100007F:%04X", theirs)
+        let remote = String(format: "0100007F:%04X", mine)
+        for line in table.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            guard fields.count > 4, fields[1] == local, fields[2] == remote else { continue }
+            return fields[4].split(separator: ":").last.flatMap { Int($0, radix: 16) } == 0
+        }
+        return false
+    }
+
+    /// `/proc/net/tcp`, read to its end: the kernel hands it out a page at a time, and Foundation's
+    /// `String(contentsOfFile:)` stops after the first.
+    private static func procNetTCP() -> String? {
+        let descriptor = open("/proc/net/tcp", O_RDONLY)
+        guard descriptor >= 0 else { return nil }
+        defer { close(descriptor) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = Glibc.read(descriptor, &buffer, buffer.count)
+            if count < 0 { return nil }
+            if count == 0 { break }
+            bytes += buffer[..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// Whether the peer closed the connection within `seconds` (reads past any data it sent first).
     public func closedByPeer(within seconds: Int32) -> Bool {
         self.closedByPeer(within: .seconds(Int(seconds)))

@@ -35,9 +35,11 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             // an anonymous client could fill the logs with.
             context.logger.debug("request body broke off")
             return Self.translate(.badRequest).response
-        } catch is CancellationError {
-            // The shutdown's grace ran out while this request waited (for a PostgreSQL connection, say):
-            // nothing was written, and another API process can take it. Not a fault of this request.
+        } catch is CancellationError where Task.isCancelled {
+            // The shutdown's grace ran out while this request waited (for a PostgreSQL connection, the body, a
+            // directory reload): not a fault. The server is closing the connection, so the answer rarely gets out.
+            // Every await that honours cancellation comes before a route writes anything; a route that awaits
+            // one after a write must catch it itself, or this answer would tell the client to send it again.
             context.logger.debug("request cut off by the shutdown")
             return APIError.shuttingDown.response
         } catch is NIOTooManyBytesError {
