@@ -27,8 +27,12 @@ struct GrantStoreTests {
         let pass: Product
         let subscription: Product
 
+        /// A job with a receipt of its own, so that a ledger row's digest tells which job brought it in.
         func job(_ customer: String, _ product: Product, transactionId: String) -> ReceiptJob {
-            Fixtures.job(publisherId: self.publisher.id, customerEmail: customer, offerId: product.offerId, transactionId: transactionId)
+            Fixtures.job(
+                publisherId: self.publisher.id, customerEmail: customer, offerId: product.offerId, transactionId: transactionId,
+                receiptData: Data("receipt \(UUID())".utf8).base64EncodedString()
+            )
         }
 
         func request(
@@ -778,6 +782,8 @@ struct GrantStoreTests {
             #expect(try await world.grants.grant(request) == .granted(expiresAt: Self.date(second.expiresDateMilliseconds)))
             #expect(try await world.ledger(first.transactionId) == ["invalidated"])
             #expect(try await world.ledger(second.transactionId) == ["fulfilled"])
+            // The period granted instead names this job's receipt (the refunded one keeps the evidence's).
+            #expect(try await world.receiptDigests(second.transactionId) == [ReceiptDigest.hex(of: request.job.receiptData)])
             let outcome = try await world.access.jobOutcome(jobId: request.job.jobId, publisherId: world.publisher.id)
             #expect(outcome?.status == .granted)
             #expect(outcome?.reason == nil)

@@ -116,7 +116,7 @@ struct RedisBatcherTests {
         }
     }
 
-    @Test("a call that fails for Redis being away fails every item waiting then, not 32 at a time per timeout")
+    @Test("a call that fails for Redis being away fails every item waiting then, not a call's worth at a time per timeout")
     func unavailableFailsWaiting() async throws {
         // A Redis that is not there: nothing listens on port 1 of the loopback.
         let away = RedisClient(configuration: try RedisConfiguration(url: "redis://127.0.0.1:1/0"), connections: 1)

@@ -107,6 +107,7 @@ public struct ReceiptQueue: Sendable {
     /// decided on its own, in order. `pendingKey` is the job's ``QueueKeys/pending(for:)``, for a caller that
     /// needs it too (it is a SHA-256): made here when not given.
     public func enqueue(_ job: ReceiptJob, keyTTLSeconds: Int, pendingKey: String? = nil) async throws -> EnqueueOutcome {
+        assert(pendingKey == nil || pendingKey == self.keys.pending(for: job), "pendingKey is not this job's")
         let reply = try await self.submissions.run(self.submission(job, keyTTLSeconds: keyTTLSeconds, pendingKey: pendingKey))
         if reply.string == "created" { return .created(jobId: job.jobId) }
         let parts = reply.array ?? []
@@ -137,7 +138,7 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// The job an earlier identical submission created, and its status, while Redis still knows it: what
-    /// ``enqueue(_:keyTTLSeconds:)`` would answer as a duplicate, without storing anything.
+    /// ``enqueue(_:keyTTLSeconds:pendingKey:)`` would answer as a duplicate, without storing anything.
     public func existing(_ job: ReceiptJob) async throws -> (jobId: String, status: JobStatus)? {
         guard let jobId = try await self.redis.send("GET", self.keys.dedup(for: job)).string,
             let status = try await self.redis.send("HGET", self.keys.job(jobId), "status").string.flatMap(JobStatus.init)

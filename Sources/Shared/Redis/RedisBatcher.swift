@@ -60,10 +60,9 @@ public final class RedisBatcher: Sendable {
     /// `maxItems` bounds how long one call holds Redis (each item is a few tens of microseconds);
     /// `maxWaitingBytes` the memory of the items waiting (64 MiB: thousands of real receipts).
     ///
-    /// 24 items a call, not 32: under 64 connections (ops/bench), six interleaved rounds gave accept 0.268–0.295
-    /// × the trivial route with 24, against 0.201–0.283 × with 32, and 0.232–0.294 × with 20 (ops/bench-profile.md).
-    /// Redis' cost per item hardly differs between calls of 16 and 32; smaller calls leave fewer requests
-    /// waiting behind one (two calls of 32 can hold all 64 requests inside Redis at once).
+    /// 24 items a call rather than 32: interleaved rounds under 64 connections did better with 24, though not
+    /// clearly in a full ops/bench run (ops/bench-profile.md). Redis' cost per item hardly differs between
+    /// calls of 16 and 32, and two calls of 32 can hold all 64 requests inside Redis at once.
     public convenience init(
         redis: RedisClient, script: RedisScript, keys: [String], arguments: [String], maxItems: Int = 24, maxCalls: Int = 2,
         maxWaitingBytes: Int = 64 << 20
@@ -134,7 +133,7 @@ public final class RedisBatcher: Sendable {
     }
 
     /// After a call failed because Redis is unavailable, fails every item waiting too: they would wait for
-    /// a call to the same unreachable Redis, each of those up to its timeout, 32 at a time.
+    /// a call to the same unreachable Redis, each of those up to its timeout, a call's worth at a time.
     private func failWaiting(after error: any Error) {
         guard (error as? RedisError)?.isUnavailable == true else { return }
         let failed = self.state.withLock { state in

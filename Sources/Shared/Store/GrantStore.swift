@@ -287,8 +287,9 @@ public struct GrantStore: Sendable {
             // A refund that keeps the access keeps it until the latest period's end: the access is then
             // extended again, to a grace period's end (billing retry) that no period records.
             var extended = 0
+            let digest = renewals.isEmpty ? "" : ReceiptDigest.hex(of: evidence.job.receiptData)
             for renewal in renewals {
-                extended += try await Self.extend(renewal, evidence: evidence, session: session)
+                extended += try await Self.extend(renewal, evidence: evidence, receiptDigest: digest, session: session)
             }
             for refund in open {
                 try await Self.revoke(ledgerId: refund.ledgerId, cancelledAt: refund.cancelledAt, session: session)
@@ -407,11 +408,10 @@ public struct GrantStore: Sendable {
     /// Records a subscription's periods for its owner and extends the owner's access to the latest one's end:
     /// two statements in one round trip, however many periods a years-old subscription lists; returns how many
     /// entitlements were extended.
-    private static func extend(_ renewal: Renewal, evidence: Evidence, session: PostgresSession) async throws -> Int {
+    private static func extend(_ renewal: Renewal, evidence: Evidence, receiptDigest: String, session: PostgresSession) async throws -> Int {
         let periods = Self.renewalsStatement(
             renewal.entries, owner: renewal.holder.customerEmail, product: renewal.product, publisherId: evidence.publisherId,
-            appId: evidence.appId, environment: evidence.environment, receiptDigest: ReceiptDigest.hex(of: evidence.job.receiptData),
-            verifiedAt: evidence.verifiedAt
+            appId: evidence.appId, environment: evidence.environment, receiptDigest: receiptDigest, verifiedAt: evidence.verifiedAt
         )
         let results = try await session.pipeline([periods, Self.extendStatement(renewal, publisherId: evidence.publisherId)])
         return results[1].affectedRows
