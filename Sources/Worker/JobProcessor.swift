@@ -45,8 +45,11 @@ struct JobProcessor: Sendable {
         }
         switch start {
         case .missing:
-            logger.warning("job status is gone; acknowledging its entry")
-            try? await self.queue.acknowledge(delivery)
+            // Its status is gone (expired), or has no receipt (written by another version, or edited by hand).
+            await self.endWithoutPayload(
+                delivery, detail: "its receipt is missing from its status in Redis (another version of Tollgate, or an edit by hand): it cannot be verified",
+                logger: logger
+            )
         case .poison(let job, let attempt, let acceptedAt):
             let committed = await self.fulfiller.committed(job, logger: logger)
             if let committed, case .granted = committed {
@@ -84,18 +87,7 @@ struct JobProcessor: Sendable {
             // Written by another version of Tollgate (a newer API ahead of this worker): dead-letter it, so an
             // operator can requeue it once the workers are upgraded, instead of dropping or looping on it.
             let detail = "unreadable payload (attempt \(attempt)): written by another version of Tollgate? requeue it once the workers are upgraded"
-            do {
-                guard let record = try await self.queue.record(jobId: delivery.jobId) else {
-                    try await self.queue.acknowledge(delivery)
-                    return
-                }
-                let recorded = try await self.queue.deadLetter(
-                    delivery, record: record, reason: .internal, detail: detail, now: self.queue.clock.nowMilliseconds(), retentionSeconds: self.retentionSeconds
-                )
-                Self.deadLettered(recorded, reason: .internal, detail: detail, logger: logger)
-            } catch {
-                logger.warning("cannot dead-letter an unreadable job", metadata: ["error": "\(error)"])
-            }
+            await self.endWithoutPayload(delivery, detail: detail, logger: logger)
         case .final(let status):
             logger.debug("job already final; acknowledging replayed entry", metadata: ["status": "\(status.rawValue)"])
             try? await self.queue.acknowledge(delivery)
@@ -128,6 +120,27 @@ struct JobProcessor: Sendable {
                 return
             }
             await self.record(outcome, delivery: delivery, job: job, attempt: attempt, acceptedAt: acceptedAt, logger: logger)
+        }
+    }
+
+    /// Ends a job whose receipt cannot be had: dead-lettered `internal` by its status record, so that an operator
+    /// sees it. One whose status is gone or cannot be read either is let go (``ReceiptQueue/abandon(_:retentionSeconds:)``):
+    /// only acknowledging its entry would leave it in the in-flight set, and the restore would put it back on
+    /// the stream every scan, for good.
+    private func endWithoutPayload(_ delivery: QueueDelivery, detail: String, logger: Logger) async {
+        do {
+            guard let record = try await self.queue.record(jobId: delivery.jobId), !record.status.isFinal else {
+                logger.warning("job status is gone or unreadable; letting its entry go")
+                try await self.queue.abandon(delivery, retentionSeconds: self.retentionSeconds)
+                return
+            }
+            let recorded = try await self.queue.deadLetter(
+                delivery, record: record, reason: .internal, detail: detail, now: self.queue.clock.nowMilliseconds(), retentionSeconds: self.retentionSeconds
+            )
+            Self.deadLettered(recorded, reason: .internal, detail: detail, logger: logger)
+        } catch {
+            // The entry stays pending; a claim brings it back.
+            logger.warning("cannot end a job without a readable payload", metadata: ["error": "\(error)"])
         }
     }
 
