@@ -42,16 +42,22 @@ struct FulfilmentTests {
             try #require(newer != payload)
             try await harness.redis.send("HSET", key, "payload", newer)
 
-            let record = try await harness.workUntilFinal(job)
-            #expect(record.status == .failed)
-            #expect(record.reason == "internal")
-            let letter = try #require(try await harness.queue.deadLetters(limit: 10).deadLetters.first { $0.jobId == job })
-            #expect(letter.detail.contains("unreadable payload"))
-            #expect(try await !harness.queue.hasPendingJob(publisherId: harness.publisher.id, customerEmail: "buyer@example.com", offerId: "PASS30"))
+            try await Self.expectDeadLetteredInternal(job, saying: "unreadable payload", harness)
             // Nothing is left for the restore to put back on the stream.
             #expect(try await harness.queue.restoreLost(olderThan: WallClock.nowMilliseconds() + 1, now: WallClock.nowMilliseconds()) == 0)
             #expect(try await harness.redis.send("XLEN", harness.queue.keys.stream).int == 0)
         }
+    }
+
+    /// Works `job` until it is final, and checks that it ended `failed` `internal`, in the dead letters with a detail
+    /// saying `detail`, and no longer pending for its customer.
+    static func expectDeadLetteredInternal(_ job: String, saying detail: String, _ harness: WorkerHarness) async throws {
+        let record = try await harness.workUntilFinal(job)
+        #expect(record.status == .failed)
+        #expect(record.reason == "internal")
+        let letter = try #require(try await harness.queue.deadLetters(limit: 10).deadLetters.first { $0.jobId == job })
+        #expect(letter.detail.contains(detail))
+        #expect(try await !harness.queue.hasPendingJob(publisherId: harness.publisher.id, customerEmail: "buyer@example.com", offerId: "PASS30"))
     }
 
     @Test("a job whose status lost its receipt is dead-lettered internal, and one whose status cannot be read is let go: neither is put back on the stream for good")
@@ -66,12 +72,7 @@ struct FulfilmentTests {
             // What another version, or an edit by hand, could leave: a status without its receipt.
             let lost = try await submit()
             try await harness.redis.send("HDEL", harness.queue.keys.job(lost), "payload")
-            let record = try await harness.workUntilFinal(lost)
-            #expect(record.status == .failed)
-            #expect(record.reason == "internal")
-            let letter = try #require(try await harness.queue.deadLetters(limit: 10).deadLetters.first { $0.jobId == lost })
-            #expect(letter.detail.contains("receipt is missing"))
-            #expect(try await !harness.queue.hasPendingJob(publisherId: harness.publisher.id, customerEmail: "buyer@example.com", offerId: "PASS30"))
+            try await Self.expectDeadLetteredInternal(lost, saying: "receipt is missing", harness)
 
             // A status this version cannot read at all (no customer, no receipt): let go, with a lifetime.
             let unreadable = try await submit()
