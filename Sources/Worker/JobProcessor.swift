@@ -124,14 +124,15 @@ struct JobProcessor: Sendable {
     }
 
     /// Ends a job whose receipt cannot be had: dead-lettered `internal` by its status record, so that an operator
-    /// sees it. One whose status is gone or cannot be read either is let go (``ReceiptQueue/abandon(_:retentionSeconds:)``):
-    /// only acknowledging its entry would leave it in the in-flight set, and the restore would put it back on
-    /// the stream every scan, for good.
+    /// sees it (only acknowledging the entry left the job in the in-flight set, and the restore put it back on
+    /// the stream every scan, for good). One whose status is gone, final by now (a peer's copy finished it),
+    /// or unreadable to this version is only acknowledged: the restore drops a job without a status, and one
+    /// that a newer version wrote is left for that version's workers.
     private func endWithoutPayload(_ delivery: QueueDelivery, detail: String, logger: Logger) async {
         do {
             guard let record = try await self.queue.record(jobId: delivery.jobId), !record.status.isFinal else {
-                logger.warning("job status is gone or unreadable; letting its entry go")
-                try await self.queue.abandon(delivery, retentionSeconds: self.retentionSeconds)
+                logger.warning("job status is gone, final or unreadable; acknowledging its entry")
+                try await self.queue.acknowledge(delivery)
                 return
             }
             let recorded = try await self.queue.deadLetter(

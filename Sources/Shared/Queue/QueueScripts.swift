@@ -444,21 +444,6 @@ enum QueueScripts {
         return 1
         """)
 
-    /// Lets go of a job that cannot be worked or recorded: its status is gone, or this version cannot read it
-    /// (written by another version, or edited by hand). Acknowledges and deletes the entry, takes the job out
-    /// of the in-flight and retry sets (else `restore` would put it back on the stream every scan, for good),
-    /// and gives a status left without a lifetime the retention's.
-    ///
-    /// KEYS: stream, inflight, retry, job. ARGV: group, entry id, jobId, retention (s).
-    static let abandon = RedisScript(name: "abandon", source: """
-        redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-        redis.call('XDEL', KEYS[1], ARGV[2])
-        redis.call('ZREM', KEYS[2], ARGV[3])
-        redis.call('ZREM', KEYS[3], ARGV[3])
-        if redis.call('TTL', KEYS[4]) == -1 then redis.call('EXPIRE', KEYS[4], ARGV[4]) end
-        return 1
-        """)
-
     /// Removes from the group the consumers that hold no entry and have not read for ARGV[2] ms: the names of
     /// workers that crashed or were killed (a clean stop leaves the group itself). Atomic, so a consumer
     /// cannot take an entry between the check and its removal; a live one that was removed (paused while
@@ -489,7 +474,7 @@ enum QueueScripts {
 
     /// Every script, for loading at start.
     static let all = [
-        enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleVerified, appleMalformed, acknowledge, abandon,
-        forgetIdleConsumers, leaveGroup,
+        enqueue, start, finish, retry, promote, deadLetter, requeue, restore, keepHeld, appleVerified, appleMalformed, acknowledge, forgetIdleConsumers,
+        leaveGroup,
     ]
 }

@@ -316,15 +316,6 @@ public struct ReceiptQueue: Sendable {
         _ = try await self.redis.run(QueueScripts.acknowledge, keys: [self.keys.stream], arguments: [self.keys.group, delivery.entryId])
     }
 
-    /// Lets go of a delivery whose job cannot be worked or recorded (its status gone, or unreadable to this
-    /// version): see ``QueueScripts/abandon``.
-    public func abandon(_ delivery: QueueDelivery, retentionSeconds: Int) async throws {
-        _ = try await self.redis.run(
-            QueueScripts.abandon, keys: [self.keys.stream, self.keys.inflight, self.keys.retry, self.keys.job(delivery.jobId)],
-            arguments: [self.keys.group, delivery.entryId, delivery.jobId, String(retentionSeconds)]
-        )
-    }
-
     /// Parks the job until `dueAt` (Unix ms) and acknowledges the entry, atomically; returns when the job
     /// is due. With a `limit`, the attempts that ended as `limit.key` says are counted: from the second
     /// on, the job is due no sooner than `limit.repeatDueAt`, and the one that reaches `limit.attempts`
