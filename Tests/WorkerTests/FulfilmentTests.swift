@@ -31,10 +31,7 @@ struct FulfilmentTests {
     @Test("a job whose payload this version cannot read is dead-lettered internal: not dropped, not put back, no longer pending")
     func unreadablePayload() async throws {
         try await WorkerHarness.with { harness in
-            let transaction = ScenarioReceipt.transactionId()
-            let job = try await harness.submit(offerId: "PASS30", transactionId: transaction, receipt: ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "pass30", transactionId: transaction)]
-            ))
+            let job = try await Self.submitPass(harness)
             // What a newer API could write: an app type this version does not know.
             let key = harness.queue.keys.job(job)
             let payload = try #require(try await harness.redis.send("HGET", key, "payload").string)
@@ -47,6 +44,14 @@ struct FulfilmentTests {
             #expect(try await harness.queue.restoreLost(olderThan: WallClock.nowMilliseconds() + 1, now: WallClock.nowMilliseconds()) == 0)
             #expect(try await harness.redis.send("XLEN", harness.queue.keys.stream).int == 0)
         }
+    }
+
+    /// Submits a purchase of the 30-day pass for buyer@example.com, with no worker running; returns its job id.
+    static func submitPass(_ harness: WorkerHarness) async throws -> String {
+        let transaction = ScenarioReceipt.transactionId()
+        return try await harness.submit(offerId: "PASS30", transactionId: transaction, receipt: ScenarioReceipt.make(
+            bundleId: Self.bundle, purchases: [.init(productId: "pass30", transactionId: transaction)]
+        ))
     }
 
     /// Works `job` until it is final, and checks that it ended `failed` `internal`, in the dead letters with a detail
@@ -63,10 +68,7 @@ struct FulfilmentTests {
     @Test("a job whose status lost its receipt is dead-lettered internal, not put back on the stream for good")
     func statusWithoutReceipt() async throws {
         try await WorkerHarness.with { harness in
-            let transaction = ScenarioReceipt.transactionId()
-            let lost = try await harness.submit(offerId: "PASS30", transactionId: transaction, receipt: ScenarioReceipt.make(
-                bundleId: Self.bundle, purchases: [.init(productId: "pass30", transactionId: transaction)]
-            ))
+            let lost = try await Self.submitPass(harness)
             // What an edit by hand could leave: a status without its receipt.
             try await harness.redis.send("HDEL", harness.queue.keys.job(lost), "payload")
             try await Self.expectDeadLetteredInternal(lost, saying: "receipt is missing", harness)
