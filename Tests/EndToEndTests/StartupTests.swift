@@ -312,6 +312,49 @@ struct StartupTests {
         .timeLimit(.minutes(2))
     )
     func requestCutOffByTheStop() async throws {
+        try await Self.withListingHoldingTheConnection { process, listing, first, release in
+            let second = try #require(LoopbackSocket(port: try await process.port()))
+            #expect(second.write(listing))
+            _ = try await Poll.until(timeout: .seconds(30), "the API to read B's request") { second.peerReadEverything() ? true : nil }
+
+            process.signal(SIGTERM)
+            // The grace over, the server closes its connections as it cancels their handlers: B's wait ends with
+            // CancellationError, which is the shutdown's doing, not a fault (an answer, if one could still be
+            // written, would be 503 shutting_down).
+            let cut = second.read(until: "}", seconds: 30)
+            #expect(cut.isEmpty || cut.hasPrefix("HTTP/1.1 503"), "\(cut)")
+            #expect(second.closedByPeer(within: 10))
+            release()
+            // A held the connection in its query, which cancellation cannot reach: the stop waits for it.
+            #expect(first.closedByPeer(within: 10))
+            #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
+            #expect(!process.logTail(lines: 1000).contains("request failed"), "\(process.logTail())")
+        }
+    }
+
+    @Test(
+        "an API whose stop is held past TOLLGATE_SHUTDOWN_GRACE_S + 5 s by a PostgreSQL call that ignores cancellation says so and exits 1",
+        .timeLimit(.minutes(2))
+    )
+    func stuckStopExits1() async throws {
+        try await Self.withListingHoldingTheConnection { process, _, _, _ in
+            let signalled = ContinuousClock.now
+            process.signal(SIGTERM)
+            // The lock is held until the process has gone: A's query (statement timeout 15 s) outlasts 1 + 5 s.
+            let status = try await process.waitForExit(timeout: .seconds(30))
+            let took = ContinuousClock.now - signalled
+            #expect(status == 1, "\(process.logTail())")
+            #expect(took < .seconds(14), "the deadline, not the statement timeout, ended it: \(took)")
+            #expect(process.logTail(lines: 1000).contains("the API did not stop within 6 s of the signal"), "\(process.logTail())")
+        }
+    }
+
+    /// Starts the API on a fresh database with one PostgreSQL connection and a grace of 1 s, and takes that
+    /// connection: a listing of products (request A, written on `first`) waits on a lock the test holds on
+    /// `products` until `release` is called or `body` returns. `listing` is that request, to send again.
+    static func withListingHoldingTheConnection(
+        _ body: (_ process: ManagedProcess, _ listing: String, _ first: LoopbackSocket, _ release: @escaping @Sendable () -> Void) async throws -> Void
+    ) async throws {
         let url = try await TestEnvironment.freshDatabase()
         let database = PostgresClient(url: url, connections: 2)
         let token = "admin-" + TestEnvironment.uniquePrefix()
@@ -324,12 +367,11 @@ struct StartupTests {
                         + "Content-Length: \(body.utf8.count)\r\n\r\n\(body)"
                 }
                 let admin = try #require(LoopbackSocket(port: port))
-                #expect(admin.write(request("POST", "/admin/v1/publishers", body: #"{"name":"cut off"}"#)))
+                #expect(admin.write(request("POST", "/admin/v1/publishers", body: #"{"name":"held"}"#)))
                 let created = admin.read(until: "\"basicAuth\"", seconds: 30)
                 let publisherId = try #require(created.firstMatch(of: /"id":"([0-9a-f-]{36})"/)?.1, "\(created)")
                 let listing = request("GET", "/admin/v1/products?publisherId=\(publisherId)")
 
-                // The API's one connection waits on a lock in A's listing; B then waits for that connection.
                 let (released, release) = AsyncStream<Void>.makeStream()
                 let (locked, locking) = AsyncStream<Void>.makeStream()
                 let holder = Task {
@@ -342,30 +384,22 @@ struct StartupTests {
                     }
                 }
                 for await _ in locked { break }
-                let first = try #require(LoopbackSocket(port: port))
-                #expect(first.write(listing))
-                _ = try await Poll.until(timeout: .seconds(30), "the listing to wait on the lock") {
-                    try await database.query(
-                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM products%'"
-                    ).first
+                do {
+                    let first = try #require(LoopbackSocket(port: port))
+                    #expect(first.write(listing))
+                    _ = try await Poll.until(timeout: .seconds(30), "the listing to wait on the lock") {
+                        try await database.query(
+                            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM products%'"
+                        ).first
+                    }
+                    try await body(process, listing, first) { release.finish() }
+                } catch {
+                    release.finish()
+                    _ = try? await holder.value
+                    throw error
                 }
-                let second = try #require(LoopbackSocket(port: port))
-                #expect(second.write(listing))
-                _ = try await Poll.until(timeout: .seconds(30), "the API to read B's request") { second.peerReadEverything() ? true : nil }
-
-                process.signal(SIGTERM)
-                // The grace over, the server closes its connections as it cancels their handlers: B's wait ends with
-                // CancellationError, which is the shutdown's doing, not a fault (an answer, if one could still be
-                // written, would be 503 shutting_down).
-                let cut = second.read(until: "}", seconds: 30)
-                #expect(cut.isEmpty || cut.hasPrefix("HTTP/1.1 503"), "\(cut)")
-                #expect(second.closedByPeer(within: 10))
                 release.finish()
                 try await holder.value
-                // A held the connection in its query, which cancellation cannot reach: the stop waits for it.
-                #expect(first.closedByPeer(within: 10))
-                #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
-                #expect(!process.logTail(lines: 1000).contains("request failed"), "\(process.logTail())")
             }
         }
     }
