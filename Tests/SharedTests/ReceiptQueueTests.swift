@@ -1,4 +1,6 @@
 import Foundation
+import Logging
+import Synchronization
 import Testing
 import TestSupport
 @testable import Shared
@@ -466,6 +468,57 @@ struct ReceiptQueueTests {
             try await skewed.retry(delivery, jobId: job.jobId, dueAt: parkedAt + 60_000, reason: .appleUnavailable, now: parkedAt)
             #expect(try await harness.queue.promoteDue(now: harness.queue.clock.nowMilliseconds()) == 0, "not due for a minute")
             #expect(try await harness.queue.promoteDue(now: harness.queue.clock.nowMilliseconds() + 70_000) == 1, "due a minute on")
+        }
+    }
+
+    @Test("QueueClockSync warns once when this host's clock is more than a second off Redis', not at every reading, and again after it was back in step")
+    func clockSkewWarnedOnce() async throws {
+        try await Self.withQueue { harness in
+            // Nothing else reads this clock, and each synchronisation reads the host's clock six times (three
+            // readings): a new skew takes effect at the next synchronisation, never within one, whose round
+            // trips would then look negative or minutes long.
+            let skew = Atomic<Int>(0)
+            let host = Mutex((reads: 0, skew: 0))
+            let clock = QueueClock(host: {
+                let offset = host.withLock { host in
+                    if host.reads % 6 == 0 { host.skew = skew.load(ordering: .relaxed) }
+                    host.reads += 1
+                    return host.skew
+                }
+                return QueueClock.hostMilliseconds() + offset
+            })
+            let lines = CapturedLines()
+            let sync = QueueClockSync(
+                queue: ReceiptQueue(redis: harness.redis, prefix: harness.keys.prefix, clock: clock), interval: .milliseconds(20),
+                logger: Logger(label: "test.clock") { _ in lines }
+            )
+            let warning = "this host's clock is off from Redis' clock; the queue keeps Redis' time"
+            func synchronisations(_ count: Int) async throws {
+                let target = host.withLock { $0.reads } + 6 * count
+                _ = try await Poll.until(timeout: .seconds(30), "\(count) more readings of Redis' clock") {
+                    host.withLock { $0.reads } >= target ? true : nil
+                }
+            }
+            func warned(_ count: Int) async throws -> Int {
+                _ = try await Poll.until(timeout: .seconds(30), "warning \(count)") { lines.count(warning) >= count ? true : nil }
+                return try #require(lines.metadataOfLines.last?["skew_ms"].flatMap { Int($0.description) })
+            }
+            let running = Task { await sync.run() }
+            defer { running.cancel() }
+
+            try await synchronisations(3)
+            #expect(lines.count(warning) == 0, "a host in step with Redis is not warned about")
+            skew.store(600_000, ordering: .relaxed)
+            #expect(abs(try await warned(1) - 600_000) < 5000, "it says how far off, and which way")
+            try await synchronisations(3)
+            #expect(lines.count(warning) == 1, "still off: not said again at every reading")
+            skew.store(0, ordering: .relaxed)
+            try await synchronisations(3)
+            skew.store(-600_000, ordering: .relaxed)
+            #expect(abs(try await warned(2) + 600_000) < 5000, "off again after it was back in step: said again")
+            #expect(lines.count(warning) == 2)
+            running.cancel()
+            await running.value
         }
     }
 
