@@ -31,4 +31,36 @@ struct SchemaCheckTests {
             #expect(await ahead.readinessProblem() == nil)
         }
     }
+
+    @Test("a worker waiting for a schema behind the build says what to run once, not at every check, and that it starts once migrated")
+    func waitForBehindSchema() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            let lines = CapturedLines()
+            let behind = SchemaCheck(database: client, migrations: Migrations.all + [Migrations.Migration(version: 9_999, name: "next", sql: "SELECT 1")])
+            let waiting = Task { await behind.waitUntilCurrent(logger: Logger(label: "test.schema") { _ in lines }, interval: .milliseconds(20)) }
+            let said = "waiting for the database schema: migration 9999 not applied: run `tollgate-api migrate`"
+            _ = try await Poll.until(timeout: .seconds(30), "the first report") { lines.count(said) > 0 ? true : nil }
+            // A check every 20 ms: a line each would be a dozen by now. (Absence takes a wait to observe.)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(lines.count(said) == 1, "\(lines.lines)")
+            try await client.query("INSERT INTO schema_migrations (version, name) VALUES (9999, 'next')")
+            #expect(await waiting.value, "it returns once the schema is current")
+            #expect(lines.lines == [said, "the database schema is current; starting"])
+        }
+    }
+
+    @Test("a worker whose PostgreSQL cannot be reached says so once, not at every check, and a cancelled wait returns false")
+    func waitForUnreachableDatabase() async throws {
+        let lines = CapturedLines()
+        let database = PostgresClient(url: "postgres://nobody:not-logged@127.0.0.1:\(try DedicatedRedis.closedPort())/none", connections: 1)
+        try await TestEnvironment.using(database) {
+            let waiting = Task { await SchemaCheck(database: database).waitUntilCurrent(logger: Logger(label: "test.schema") { _ in lines }, interval: .milliseconds(20)) }
+            _ = try await Poll.until(timeout: .seconds(30), "the first report") { lines.lines.isEmpty ? nil : true }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(lines.lines == ["cannot read the database schema; retrying"])
+            #expect(lines.metadataOfLines.first?["error"].map { "\($0)".contains("not-logged") } == false, "the URL's password stays out of the log")
+            waiting.cancel()
+            #expect(await waiting.value == false)
+        }
+    }
 }
