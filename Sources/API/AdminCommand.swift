@@ -9,10 +9,11 @@ import Shared
 ///
 /// Talks to a running API over HTTP (`--url`, `TOLLGATE_ADMIN_URL`) with `TOLLGATE_ADMIN_TOKEN` from the
 /// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal prints its
-/// message and exits 1, and exits 75 (`EX_TEMPFAIL`) only when running it again is safe and may succeed: a 429,
-/// 502, 503 or 504 (the API wrote nothing), or no answer to a read or a PATCH (which sets what it sets however
-/// often it runs). A POST without an answer may have been applied: 1, with a hint. An unset token or an
-/// unusable URL is one line and exit code 2, before any request.
+/// message and exits 1, and exits 75 (`EX_TEMPFAIL`) only when running it again is safe and may succeed: the
+/// API's own 429 or 503 (it wrote nothing), or a read or a PATCH (which sets what it sets however often it runs)
+/// that got no answer, or a 502 or 504. The API never answers 502 or 504 itself: a proxy in front does, and it may
+/// have passed the request on, so a POST answered so, like one without an answer, may have been applied: 1,
+/// with a hint. An unset token or an unusable URL is one line and exit code 2, before any request.
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run admin API actions against a running tollgate-api (TOLLGATE_ADMIN_TOKEN from the environment).",
@@ -59,6 +60,12 @@ struct Admin: AsyncParsableCommand {
         /// applied twice.
         static let tryAgainLater = ExitCode(75)
 
+        /// Whether sending `method` again sets what it set once: a read, or a PATCH. A POST creates or rotates.
+        private static func repeatable(_ method: HTTPMethod) -> Bool { method == .GET || method == .PATCH }
+
+        /// What to do before running again a change that may have been applied.
+        private static let lookFirst = "list what it changes before running it again"
+
         /// Sends one admin request and prints the answer; throws `ExitCode(1)` on a refusal and
         /// ``tryAgainLater`` when running it again is safe and may succeed.
         func call(_ method: HTTPMethod, _ path: String, body: [String: Any]? = nil) async throws {
@@ -78,16 +85,20 @@ struct Admin: AsyncParsableCommand {
             } catch {
                 // A change sent without an answer back (a timeout, a connection cut) may have been made: rerunning
                 // it blindly would create a second publisher, or rotate away credentials never seen.
-                let hint = method == .GET ? "" : "; if the request was sent, it may have been applied: list what it changes before running it again"
+                let hint = method == .GET ? "" : "; if the request was sent, it may have been applied: \(Self.lookFirst)"
                 FileHandle.standardError.write(Data("tollgate-api admin: cannot reach \(base), or no answer: \(error)\(hint)\n".utf8))
-                throw [.GET, .PATCH].contains(method) ? Self.tryAgainLater : ExitCode(1)
+                throw Self.repeatable(method) ? Self.tryAgainLater : ExitCode(1)
             }
             let data = Data(bytes.readableBytesView)
             let object = try? JSONSerialization.jsonObject(with: data)
-            guard (200..<300).contains(response.status.code) else {
+            let code = response.status.code
+            guard (200..<300).contains(code) else {
                 let message = (object as? [String: Any])?["message"] as? String ?? String(decoding: data, as: UTF8.self)
-                FileHandle.standardError.write(Data("tollgate-api admin: \(response.status.code): \(message)\n".utf8))
-                throw [429, 502, 503, 504].contains(response.status.code) ? Self.tryAgainLater : ExitCode(1)
+                // 502 and 504 are a proxy's: it may have passed the request on and lost the API's answer.
+                let fromProxy = code == 502 || code == 504
+                let hint = fromProxy && !Self.repeatable(method) ? "; the API may have applied it: \(Self.lookFirst)" : ""
+                FileHandle.standardError.write(Data("tollgate-api admin: \(code): \(message)\(hint)\n".utf8))
+                throw code == 429 || code == 503 || (fromProxy && Self.repeatable(method)) ? Self.tryAgainLater : ExitCode(1)
             }
             if let object, let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]) {
                 print(String(decoding: pretty, as: UTF8.self))

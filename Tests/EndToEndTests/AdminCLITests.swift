@@ -18,7 +18,12 @@ struct AdminCLITests {
 
     /// Runs `tollgate-api admin <arguments>` with `token` as TOLLGATE_ADMIN_TOKEN (unset when `nil`).
     static func admin(_ system: TollgateSystem, _ arguments: [String], token: String?, stdin: String? = nil) async throws -> Run {
-        let executable = "\(try TestEnvironment.binDirectory())/tollgate-api", apiBase = system.apiBase
+        try await Self.admin(system.apiBase, arguments, token: token, stdin: stdin)
+    }
+
+    /// Runs `tollgate-api admin <arguments>` against the API (or whatever answers) at `apiBase`.
+    static func admin(_ apiBase: String, _ arguments: [String], token: String?, stdin: String? = nil) async throws -> Run {
+        let executable = "\(try TestEnvironment.binDirectory())/tollgate-api"
         return try await offThePool { try Self.run(executable, arguments, token: token, apiBase: apiBase, stdin: stdin) }
     }
 
@@ -44,6 +49,34 @@ struct AdminCLITests {
         let err = error.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return Run(status: process.terminationStatus, output: String(decoding: out, as: UTF8.self), error: String(decoding: err, as: UTF8.self))
+    }
+
+    @Test(
+        "a proxy's 502 or 504 exits 75 for a read or a PATCH, and 1 with a hint for a create, which may have been applied; a 429 exits 75 for all",
+        arguments: [(502, "Bad Gateway"), (504, "Gateway Timeout"), (429, "Too Many Requests")]
+    )
+    func answersOfAProxy(status: Int, reason: String) async throws {
+        let proxy = try FixedAnswerServer(status: status, reason: reason, message: "upstream")
+        let base = "http://127.0.0.1:\(proxy.port)"
+        let token = "proxy-admin-token-0123456789"
+        let read = try await Self.admin(base, ["queue"], token: token)
+        #expect(read.status == 75)
+        #expect(read.error == "tollgate-api admin: \(status): upstream\n")
+        let publisherId = UUID().uuidString.lowercased()
+        let patch = try await Self.admin(base, ["publishers", "disable", publisherId], token: token)
+        #expect(patch.status == 75, "a PATCH sets what it sets however often it runs")
+        #expect(patch.error == "tollgate-api admin: \(status): upstream\n")
+        let create = try await Self.admin(base, ["publishers", "create", "--name", "P"], token: token)
+        if status == 429 {
+            #expect(create.status == 75, "the API's own 429 wrote nothing")
+            #expect(create.error == "tollgate-api admin: 429: upstream\n")
+        } else {
+            #expect(create.status == 1, "a proxy may have passed it on: a second run could create a second publisher")
+            #expect(create.error == "tollgate-api admin: \(status): upstream; the API may have applied it: list what it changes before running it again\n")
+        }
+        #expect(proxy.requestLines == [
+            "GET /admin/v1/queue HTTP/1.1", "PATCH /admin/v1/publishers/\(publisherId) HTTP/1.1", "POST /admin/v1/publishers HTTP/1.1",
+        ], "each sent once")
     }
 
     @Test("publishers, apps, products, queue and dead letters from the command line; refusals exit non-zero with the API's message")
