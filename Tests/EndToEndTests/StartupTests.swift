@@ -572,6 +572,14 @@ struct StartupTests {
         let second = try await migrate(behind)
         #expect(second.exit == 0, "\(second.log)")
         #expect(second.log.contains("schema is up to date"), "\(second.log)")
+        // Rolled back to an older build: nothing to apply, and it says a newer build migrated the database.
+        let database = PostgresClient(url: behind, connections: 1)
+        try await TestEnvironment.using(database) {
+            try await database.query("INSERT INTO schema_migrations (version, name) VALUES (9999, 'next')")
+        }
+        let older = try await migrate(behind)
+        #expect(older.exit == 0, "\(older.log)")
+        #expect(older.log.contains("the database has migrations this build does not know (9999)"), "\(older.log)")
         let unreachable = try await migrate("postgres://tollgate@127.0.0.1:1/tollgate")
         #expect(unreachable.exit == 1, "\(unreachable.log)")
         #expect(unreachable.log.contains("tollgate-api migrate:"), "\(unreachable.log)")

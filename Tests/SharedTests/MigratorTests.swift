@@ -23,6 +23,24 @@ struct MigratorTests {
         }
     }
 
+    @Test("an older build migrating a newer build's database applies nothing and warns once, naming the versions it does not know")
+    func newerDatabase() async throws {
+        try await TestDatabase.withFresh(connections: 1) { client, _ in
+            try await client.query("INSERT INTO schema_migrations (version, name) VALUES (9999, 'next'), (10000, 'after')")
+            let lines = CapturedLines()
+            let applied = try await Migrator(database: client, logger: Logger(label: "test.migrator") { _ in lines }).migrate()
+            #expect(applied.isEmpty)
+            #expect(lines.lines == [
+                "the database has migrations this build does not know (9999, 10000): a newer build migrated it; run that build, or check its notes before running this one",
+            ])
+            #expect(try await Self.versions(client) == Migrations.all.map(\.version).sorted() + [9999, 10000])
+            // A database this build knows whole: nothing said.
+            try await client.query("DELETE FROM schema_migrations WHERE version >= 9999")
+            try await Migrator(database: client, logger: Logger(label: "test.migrator") { _ in lines }).migrate()
+            #expect(lines.lines.count == 1)
+        }
+    }
+
     @Test("two migrators started together on a new empty database both succeed and apply each version once")
     func concurrentMigrators() async throws {
         let url = try await TestDatabase.createEmpty()

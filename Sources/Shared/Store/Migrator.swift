@@ -56,6 +56,9 @@ public struct Migrator: Sendable {
             )
             """)
         let done = Set(try await session.query("SELECT version FROM schema_migrations").rows.map { try $0.decode(Int.self, "version") })
+        // An older build run against a newer build's database (a rollback) has nothing to apply, and says why.
+        let newer = done.subtracting(migrations.map(\.version)).sorted()
+        if !newer.isEmpty { self.logger.warning(SchemaCheck.newerMigrations(newer)) }
         var applied: [Int] = []
         for migration in migrations.sorted(by: { $0.version < $1.version }) where !done.contains(migration.version) {
             self.logger.info("applying migration", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])

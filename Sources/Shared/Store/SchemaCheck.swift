@@ -67,9 +67,7 @@ public final class SchemaCheck: Sendable {
                     if lastReport != nil { logger.info("the database schema is current; starting") }
                     let unknown = self.unknown.withLock { $0 }
                     if !unknown.isEmpty {
-                        logger.warning(
-                            "the database has migrations this build does not know (\(unknown.map(String.init).joined(separator: ", "))): a newer build migrated it; run that build, or check its notes before running this one"
-                        )
+                        logger.warning(Self.newerMigrations(unknown))
                     }
                     return true
                 }
@@ -88,6 +86,11 @@ public final class SchemaCheck: Sendable {
             try? await Task.sleep(for: interval)
         }
         return false
+    }
+
+    /// What a build says of a database migrated by a newer one: `versions` are the ones it does not know.
+    static func newerMigrations(_ versions: [Int]) -> Logger.Message {
+        "the database has migrations this build does not know (\(versions.map(String.init).joined(separator: ", "))): a newer build migrated it; run that build, or check its notes before running this one"
     }
 
     private static func describe(_ missing: [Int]) -> String {
