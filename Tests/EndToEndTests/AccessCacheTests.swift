@@ -28,14 +28,9 @@ struct AccessCacheSystemTests {
     @Test("a second process shows pending, the grant and a refund found in a later receipt, while serving repeat polls from memory")
     func changesReachEveryProcess() async throws {
         let system = try await TollgateSystem()
-        var second: ManagedProcess?
         do {
             let publisher = try await system.createPublisher(products: [Self.premium, Self.extra])
-            let other = try ManagedProcess(
-                executable: "tollgate-api", arguments: ["serve"], environment: system.workerEnvironment, portFileVariable: "TOLLGATE_HTTP_PORT_FILE"
-            )
-            second = other
-            let secondBase = "http://127.0.0.1:\(try await other.port())"
+            let secondBase = try await system.startAPI()
             let email = "cached@example.com"
 
             // Nothing yet; the second process caches that answer once its subscription is in place.
@@ -86,11 +81,9 @@ struct AccessCacheSystemTests {
                 }
             }
         } catch {
-            await second?.stop()
             await system.shutdown()
             throw error
         }
-        await second?.stop()
         await system.shutdown()
     }
 

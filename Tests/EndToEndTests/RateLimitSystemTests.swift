@@ -10,16 +10,11 @@ struct RateLimitSystemTests {
     func sharedAcrossProcesses() async throws {
         let burst = 6
         let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_RATE_LIMIT_PER_S": "1", "TOLLGATE_RATE_LIMIT_BURST": String(burst)])
-        var second: ManagedProcess?
         do {
             let publisher = try await system.createPublisher(products: [
                 ["productId": "com.example.e2e.premium", "offerId": "S100_US", "kind": "non_consumable", "title": "Premium"],
             ])
-            let other = try ManagedProcess(
-                executable: "tollgate-api", arguments: ["serve"], environment: system.workerEnvironment, portFileVariable: "TOLLGATE_HTTP_PORT_FILE"
-            )
-            second = other
-            let bases = [system.apiBase, "http://127.0.0.1:\(try await other.port())"]
+            let bases = [system.apiBase, try await system.startAPI()]
             // Alternate between the processes until one refuses. Each process with a bucket of its own would let
             // 2 × burst through; one shared bucket lets the burst through, plus a token for each second gone by.
             let started = ContinuousClock.now
@@ -38,11 +33,9 @@ struct RateLimitSystemTests {
             #expect(refused.json["code"] as? String == "rate_limited")
             #expect(refused.headers["retry-after"].flatMap { Int($0) }.map { (1...2).contains($0) } == true)
         } catch {
-            await second?.stop()
             await system.shutdown()
             throw error
         }
-        await second?.stop()
         await system.shutdown()
     }
 }

@@ -8,12 +8,14 @@ import TestSupport
 /// A whole Tollgate running as real processes — emulator, API, workers — on the test Redis and a fresh
 /// PostgreSQL database, driven over HTTP like a publisher's middleware would.
 final class TollgateSystem: @unchecked Sendable {
-    // @unchecked Sendable: the mutable `workers` and `emulator` are only touched by the single test that
+    // @unchecked Sendable: the mutable `workers`, `moreAPIs` and `emulator` are only touched by the single test that
     // owns the system, sequentially.
     var emulator: ManagedProcess
     let emulatorPort: Int
     let api: ManagedProcess
     var workers: [ManagedProcess] = []
+    /// API processes started after the first (``startAPI()``).
+    private var moreAPIs: [ManagedProcess] = []
     var workerPorts: [String: Int] = [:]
     let apiBase: String
     let emulatorBase: String
@@ -72,6 +74,14 @@ final class TollgateSystem: @unchecked Sendable {
         return worker
     }
 
+    /// Starts another API process on the same Redis, database and prefix (stopped by ``shutdown()``); returns
+    /// its base URL.
+    func startAPI() async throws -> String {
+        let api = try ManagedProcess(executable: "tollgate-api", arguments: ["serve"], environment: self.workerEnvironment, portFileVariable: "TOLLGATE_HTTP_PORT_FILE")
+        self.moreAPIs.append(api)
+        return "http://127.0.0.1:\(try await api.port())"
+    }
+
     /// Stops the emulator: Apple is down.
     func stopEmulator() async {
         await self.emulator.stop()
@@ -94,6 +104,7 @@ final class TollgateSystem: @unchecked Sendable {
     /// Stops everything and drops the clients.
     func shutdown() async {
         for worker in self.workers { await worker.stop() }
+        for api in self.moreAPIs { await api.stop() }
         await self.api.stop()
         await self.emulator.stop()
         try? await self.http.shutdown()
