@@ -501,7 +501,7 @@ struct ReceiptQueueTests {
             }
             func warned(_ count: Int) async throws -> Int {
                 _ = try await Poll.until(timeout: .seconds(30), "warning \(count)") { lines.count(warning) >= count ? true : nil }
-                return try #require(lines.metadataOfLines.last?["skew_ms"].flatMap { Int($0.description) })
+                return try #require(lines.metadata(of: warning).last?["skew_ms"].flatMap { Int($0.description) })
             }
             let running = Task { await sync.run() }
             defer { running.cancel() }

@@ -15,21 +15,25 @@ public struct CapturedLines: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        self.messages.lines.withLock { $0.append(event.message.description) }
-        self.messages.metadata.withLock { $0.append(event.metadata ?? [:]) }
+        self.messages.entries.withLock { $0.append((event.message.description, event.metadata ?? [:])) }
     }
 
     /// The metadata of every message so far, in order (what the call gave, not the handler's own).
-    public var metadataOfLines: [Logger.Metadata] { self.messages.metadata.withLock { $0 } }
+    public var metadataOfLines: [Logger.Metadata] { self.messages.entries.withLock { $0.map(\.metadata) } }
+
+    /// The metadata of each message that was exactly `message`, in order.
+    public func metadata(of message: String) -> [Logger.Metadata] {
+        self.messages.entries.withLock { $0.filter { $0.message == message }.map(\.metadata) }
+    }
 
     /// How many messages were exactly `message`.
-    public func count(_ message: String) -> Int { self.messages.lines.withLock { $0.filter { $0 == message }.count } }
+    public func count(_ message: String) -> Int { self.messages.entries.withLock { $0.filter { $0.message == message }.count } }
 
     /// Every message so far, in order.
-    public var lines: [String] { self.messages.lines.withLock { $0 } }
+    public var lines: [String] { self.messages.entries.withLock { $0.map(\.message) } }
 
     private final class SharedMessages: Sendable {
-        let lines = Mutex<[String]>([])
-        let metadata = Mutex<[Logger.Metadata]>([])
+        /// Each message with its metadata, under one lock, so a reader never pairs a message with another's metadata.
+        let entries = Mutex<[(message: String, metadata: Logger.Metadata)]>([])
     }
 }

@@ -1,54 +1,55 @@
 import Foundation
+import Synchronization
 
-/// An HTTP/1.1 server on 127.0.0.1 that reads each request whole and answers every one with the same status
-/// and JSON body, then closes the connection: a proxy in front of the API answering 502 or 504.
+/// An HTTP/1.1 server on 127.0.0.1 that reads each request whole and answers every one with the same status,
+/// headers and JSON body, then closes the connection: a proxy in front of the API answering 502 or 504, or
+/// redirecting.
 ///
-/// Its accept loop runs on a thread of its own (blocking calls), never on Swift's cooperative pool.
-public final class FixedAnswerServer: @unchecked Sendable {
-    // @unchecked Sendable: `requests` is touched only under `lock`; the socket is closed once, by `deinit`.
-    private let lock = NSLock()
+/// Its accept loop runs on a thread of its own (blocking calls), never on Swift's cooperative pool. The
+/// thread alone closes the listening socket, once `accept` fails after ``deinit`` shut it down, so the
+/// descriptor's number is never reused under a loop still accepting on it.
+public final class FixedAnswerServer: Sendable {
+    private let requests = Requests()
     private let socket: Int32
-    private var requests: [String] = []
     /// The port it listens on.
     public let port: Int
 
-    /// Listens on a free port and answers `status` with `{"message": message}`.
-    public init(status: Int, reason: String, message: String) throws {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socket >= 0 else { throw ManagedProcess.Failure("socket: errno \(errno)") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(socket, pointer, length) == 0 && listen(socket, 16) == 0 && getsockname(socket, pointer, &length) == 0
-            }
-        }
-        guard bound else {
-            close(socket)
-            throw ManagedProcess.Failure("cannot listen on 127.0.0.1: errno \(errno)")
-        }
-        self.socket = socket
-        self.port = Int(UInt16(bigEndian: address.sin_port))
-        let body = #"{"message":"\#(message)"}"#
-        let answer = Array("HTTP/1.1 \(status) \(reason)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)".utf8)
-        let thread = Thread { [weak self] in
-            while true {
-                let connection = accept(socket, nil, nil)
-                guard connection >= 0 else { return }  // the listening socket was shut down
-                let request = Self.readRequest(connection)
-                _ = answer.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+    /// Runs `body` with a server that answers until `body` returns.
+    public static func with<T>(
+        status: Int, reason: String, body: [String: String], headers: [String: String] = [:], _ use: (FixedAnswerServer) async throws -> T
+    ) async throws -> T {
+        let server = try FixedAnswerServer(status: status, reason: reason, body: body, headers: headers)
+        defer { withExtendedLifetime(server) {} }
+        return try await use(server)
+    }
+
+    /// Listens on a free port and answers `status` with `body` as a JSON object, and `headers`.
+    public init(status: Int, reason: String, body: [String: String], headers: [String: String] = [:]) throws {
+        let listener = try LoopbackListener(backlog: 16)
+        self.socket = listener.descriptor
+        self.port = listener.port
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys]), as: UTF8.self)
+        let extra = headers.map { "\($0.key): \($0.value)\r\n" }.joined()
+        let answer = Array(
+            "HTTP/1.1 \(status) \(reason)\r\nContent-Type: application/json\r\nContent-Length: \(json.utf8.count)\r\n\(extra)Connection: close\r\n\r\n\(json)".utf8
+        )
+        let requests = self.requests, socket = self.socket
+        Thread {
+            while case let connection = accept(socket, nil, nil), connection >= 0 {
+                // A client that stops sending mid-request holds this thread 5 s at most.
+                var timeout = timeval(tv_sec: 5, tv_usec: 0)
+                setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                // Recorded before the answer: a client that has its answer finds its request listed.
+                requests.lines.withLock { $0.append(Self.readRequest(connection)) }
+                Self.send(answer, to: connection)
                 close(connection)
-                guard let self else { return }
-                self.lock.withLock { self.requests.append(request) }
             }
-        }
-        thread.start()
+            close(socket)  // shut down by deinit
+        }.start()
     }
 
     /// The request lines (`POST /admin/v1/publishers HTTP/1.1`) received so far, in order.
-    public var requestLines: [String] { self.lock.withLock { self.requests } }
+    public var requestLines: [String] { self.requests.lines.withLock { $0 } }
 
     /// Reads the head, then as many body bytes as `Content-Length` says, so closing after the answer sends no
     /// reset ahead of it. Returns the request line.
@@ -71,8 +72,22 @@ public final class FixedAnswerServer: @unchecked Sendable {
         return String(decoding: received.prefix { $0 != UInt8(ascii: "\r") }, as: UTF8.self)
     }
 
+    /// Writes all of `bytes`, without SIGPIPE when the client has gone.
+    private static func send(_ bytes: [UInt8], to connection: Int32) {
+        var sent = 0
+        while sent < bytes.count {
+            let count = bytes.withUnsafeBytes { Glibc.send(connection, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            guard count > 0 else { return }
+            sent += count
+        }
+    }
+
+    private final class Requests: Sendable {
+        let lines = Mutex<[String]>([])
+    }
+
     deinit {
+        // Wakes the thread's `accept`, which then fails and closes the socket.
         Glibc.shutdown(self.socket, Int32(SHUT_RDWR))
-        close(self.socket)
     }
 }

@@ -22,24 +22,13 @@ public final class SilentListener: @unchecked Sendable {
 
     /// Listens on a free port.
     public init() throws {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socket >= 0 else { throw ManagedProcess.Failure("socket: errno \(errno)") }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(socket, pointer, length) == 0 && listen(socket, 64) == 0 && getsockname(socket, pointer, &length) == 0
-            }
+        let listener = try LoopbackListener()
+        guard fcntl(listener.descriptor, F_SETFL, fcntl(listener.descriptor, F_GETFL) | O_NONBLOCK) == 0 else {
+            close(listener.descriptor)
+            throw ManagedProcess.Failure("cannot make the listener non-blocking: errno \(errno)")
         }
-        guard bound, fcntl(socket, F_SETFL, fcntl(socket, F_GETFL) | O_NONBLOCK) == 0 else {
-            close(socket)
-            throw ManagedProcess.Failure("cannot listen on 127.0.0.1: errno \(errno)")
-        }
-        self.socket = socket
-        self.port = Int(UInt16(bigEndian: address.sin_port))
+        self.socket = listener.descriptor
+        self.port = listener.port
     }
 
     /// A Redis configuration pointing at it, whose every wait (connect, reply) ends after `timeoutMilliseconds`.
