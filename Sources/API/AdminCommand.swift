@@ -10,10 +10,12 @@ import Shared
 /// Talks to a running API over HTTP (`--url`, `TOLLGATE_ADMIN_URL`) with `TOLLGATE_ADMIN_TOKEN` from the
 /// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal prints its
 /// message and exits 1, and exits 75 (`EX_TEMPFAIL`) only when running it again is safe and may succeed: the
-/// API's own 429 or 503 (it wrote nothing), or a read or a PATCH (which sets what it sets however often it runs)
-/// that got no answer, or a 502 or 504. The API never answers 502 or 504 itself: a proxy in front does, and it may
-/// have passed the request on, so a POST answered so, like one without an answer, may have been applied: 1,
-/// with a hint. An unset token or an unusable URL is one line and exit code 2, before any request.
+/// API's own 503 (its body names `dependency_unavailable` or `shutting_down`; it wrote nothing), a 429 (a proxy's
+/// rate limit: the API sets none on admin routes), or a read or a PATCH (which sets what it sets however often it
+/// runs) that got no answer, or a 502, a 504 or another 503. Those come from a proxy in front, which may have
+/// passed the request on, so a POST answered so, like one without an answer, may have been applied: 1, with a
+/// hint. Redirects are not followed (1). An unset token or an unusable URL is one line and exit code 2, before
+/// any request.
 struct Admin: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run admin API actions against a running tollgate-api (TOLLGATE_ADMIN_TOKEN from the environment).",
@@ -77,30 +79,46 @@ struct Admin: AsyncParsableCommand {
                 request.headers.add(name: "Content-Type", value: "application/json")
                 request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys])))
             }
-            let response: HTTPClientResponse
-            let bytes: ByteBuffer
+            // Redirects are not followed: async-http-client would turn a POST into a GET on a 301 or 302, and a
+            // create behind an http-to-https redirect would print a listing and exit 0.
+            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+            let answer: Result<(HTTPClientResponse, ByteBuffer), any Error>
             do {
-                response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
-                bytes = try await response.body.collect(upTo: 16 << 20)
+                let response = try await client.execute(request, timeout: .seconds(30))
+                answer = .success((response, try await response.body.collect(upTo: 16 << 20)))
             } catch {
+                answer = .failure(error)
+            }
+            try? await client.shutdown()
+            let (response, bytes): (HTTPClientResponse, ByteBuffer)
+            switch answer {
+            case .success(let received): (response, bytes) = received
+            case .failure(let error):
                 // A change sent without an answer back (a timeout, a connection cut) may have been made: rerunning
                 // it blindly would create a second publisher, or rotate away credentials never seen.
-                let hint = method == .GET ? "" : "; if the request was sent, it may have been applied: \(Self.lookFirst)"
+                let hint = Self.repeatable(method) ? "" : "; if the request was sent, it may have been applied: \(Self.lookFirst)"
                 FileHandle.standardError.write(Data("tollgate-api admin: cannot reach \(base), or no answer: \(error)\(hint)\n".utf8))
                 throw Self.repeatable(method) ? Self.tryAgainLater : ExitCode(1)
             }
             let data = Data(bytes.readableBytesView)
-            let object = try? JSONSerialization.jsonObject(with: data)
+            let parsed = try? JSONSerialization.jsonObject(with: data)
+            let object = parsed as? [String: Any]
             let code = response.status.code
             guard (200..<300).contains(code) else {
-                let message = (object as? [String: Any])?["message"] as? String ?? String(decoding: data, as: UTF8.self)
-                // 502 and 504 are a proxy's: it may have passed the request on and lost the API's answer.
-                let fromProxy = code == 502 || code == 504
-                let hint = fromProxy && !Self.repeatable(method) ? "; the API may have applied it: \(Self.lookFirst)" : ""
+                let message = object?["message"] as? String ?? String(decoding: data, as: UTF8.self)
+                // The API's own 503 names why in its body and wrote nothing. A 502, a 504 or any other 503 (an
+                // "upstream reset") is a proxy's, which may have passed the request on and lost the API's answer.
+                let refusedByAPI = code == 503 && ["dependency_unavailable", "shutting_down"].contains(object?["code"] as? String)
+                let fromProxy = code == 502 || code == 504 || (code == 503 && !refusedByAPI)
+                var hint = fromProxy && !Self.repeatable(method) ? "; the API may have applied it: \(Self.lookFirst)" : ""
+                if (300..<400).contains(code) {
+                    hint = "; redirected to \(response.headers.first(name: "Location") ?? "nowhere"): point --url at the API itself"
+                }
                 FileHandle.standardError.write(Data("tollgate-api admin: \(code): \(message)\(hint)\n".utf8))
-                throw code == 429 || code == 503 || (fromProxy && Self.repeatable(method)) ? Self.tryAgainLater : ExitCode(1)
+                // A 429 comes from a proxy's rate limit (the API sets none on admin routes), which refuses before passing on.
+                throw code == 429 || refusedByAPI || (fromProxy && Self.repeatable(method)) ? Self.tryAgainLater : ExitCode(1)
             }
-            if let object, let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys]) {
+            if let parsed, let pretty = try? JSONSerialization.data(withJSONObject: parsed, options: [.prettyPrinted, .sortedKeys]) {
                 print(String(decoding: pretty, as: UTF8.self))
             } else {
                 print(String(decoding: data, as: UTF8.self))

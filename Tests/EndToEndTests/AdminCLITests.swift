@@ -52,31 +52,54 @@ struct AdminCLITests {
     }
 
     @Test(
-        "a proxy's 502 or 504 exits 75 for a read or a PATCH, and 1 with a hint for a create, which may have been applied; a 429 exits 75 for all",
-        arguments: [(502, "Bad Gateway"), (504, "Gateway Timeout"), (429, "Too Many Requests")]
+        "a proxy's 502, 504 or 503 exits 75 for a read or a PATCH, and 1 with a hint for a create, a rotation or a requeue, which may have been applied",
+        arguments: [(502, "Bad Gateway"), (504, "Gateway Timeout"), (503, "Service Unavailable")]
     )
     func answersOfAProxy(status: Int, reason: String) async throws {
-        let proxy = try FixedAnswerServer(status: status, reason: reason, message: "upstream")
-        let base = "http://127.0.0.1:\(proxy.port)"
-        let token = "proxy-admin-token-0123456789"
-        let read = try await Self.admin(base, ["queue"], token: token)
-        #expect(read.status == 75)
-        #expect(read.error == "tollgate-api admin: \(status): upstream\n")
-        let publisherId = UUID().uuidString.lowercased()
-        let patch = try await Self.admin(base, ["publishers", "disable", publisherId], token: token)
-        #expect(patch.status == 75, "a PATCH sets what it sets however often it runs")
-        #expect(patch.error == "tollgate-api admin: \(status): upstream\n")
-        let create = try await Self.admin(base, ["publishers", "create", "--name", "P"], token: token)
-        if status == 429 {
-            #expect(create.status == 75, "the API's own 429 wrote nothing")
-            #expect(create.error == "tollgate-api admin: 429: upstream\n")
-        } else {
-            #expect(create.status == 1, "a proxy may have passed it on: a second run could create a second publisher")
-            #expect(create.error == "tollgate-api admin: \(status): upstream; the API may have applied it: list what it changes before running it again\n")
+        // A 503 without the API's code in its body: an Envoy-style "upstream reset", sent after passing the request on.
+        try await FixedAnswerServer.with(status: status, reason: reason, body: ["message": "upstream"]) { proxy in
+            let base = "http://127.0.0.1:\(proxy.port)"
+            let token = "proxy-admin-token-0123456789"
+            let read = try await Self.admin(base, ["queue"], token: token)
+            #expect(read.status == 75)
+            #expect(read.error == "tollgate-api admin: \(status): upstream\n")
+            let id = UUID().uuidString.lowercased()
+            let patch = try await Self.admin(base, ["publishers", "disable", id], token: token)
+            #expect(patch.status == 75, "a PATCH sets what it sets however often it runs")
+            #expect(patch.error == "tollgate-api admin: \(status): upstream\n")
+            for arguments in [["publishers", "create", "--name", "P"], ["publishers", "rotate-credentials", id], ["requeue", id]] {
+                let change = try await Self.admin(base, arguments, token: token)
+                #expect(change.status == 1, "\(arguments): a second run could create a second publisher or rotate away unseen credentials")
+                #expect(change.error == "tollgate-api admin: \(status): upstream; the API may have applied it: list what it changes before running it again\n")
+            }
+            #expect(proxy.requestLines == [
+                "GET /admin/v1/queue HTTP/1.1", "PATCH /admin/v1/publishers/\(id) HTTP/1.1", "POST /admin/v1/publishers HTTP/1.1",
+                "POST /admin/v1/publishers/\(id)/credentials HTTP/1.1", "POST /admin/v1/dead-letters/\(id)/requeue HTTP/1.1",
+            ], "each sent once")
         }
-        #expect(proxy.requestLines == [
-            "GET /admin/v1/queue HTTP/1.1", "PATCH /admin/v1/publishers/\(publisherId) HTTP/1.1", "POST /admin/v1/publishers HTTP/1.1",
-        ], "each sent once")
+    }
+
+    @Test("the API's own 503 and a proxy's 429 exit 75 for a create too; a redirect is not followed, and exits 1 naming where it pointed")
+    func refusalsBeforeTheAPI() async throws {
+        let token = "proxy-admin-token-0123456789"
+        let create = ["publishers", "create", "--name", "P"]
+        try await FixedAnswerServer.with(status: 503, reason: "Service Unavailable", body: ["message": "redis unavailable", "code": "dependency_unavailable"]) { api in
+            let refused = try await Self.admin("http://127.0.0.1:\(api.port)", create, token: token)
+            #expect(refused.status == 75, "the API's own 503 wrote nothing")
+            #expect(refused.error == "tollgate-api admin: 503: redis unavailable\n")
+        }
+        try await FixedAnswerServer.with(status: 429, reason: "Too Many Requests", body: ["message": "slow down"]) { proxy in
+            let limited = try await Self.admin("http://127.0.0.1:\(proxy.port)", create, token: token)
+            #expect(limited.status == 75)
+            #expect(limited.error == "tollgate-api admin: 429: slow down\n")
+        }
+        let target = "https://admin.example/admin/v1/publishers"
+        try await FixedAnswerServer.with(status: 302, reason: "Found", body: ["message": "moved"], headers: ["Location": target]) { proxy in
+            let redirected = try await Self.admin("http://127.0.0.1:\(proxy.port)", create, token: token)
+            #expect(redirected.status == 1)
+            #expect(redirected.error == "tollgate-api admin: 302: moved; redirected to \(target): point --url at the API itself\n")
+            #expect(proxy.requestLines == ["POST /admin/v1/publishers HTTP/1.1"], "not followed")
+        }
     }
 
     @Test("publishers, apps, products, queue and dead letters from the command line; refusals exit non-zero with the API's message")
