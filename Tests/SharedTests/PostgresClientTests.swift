@@ -174,6 +174,88 @@ struct PostgresClientTests {
         }
     }
 
+    /// How a call whose connection is lost before its answer is made (see ``lostAnswer(call:)``).
+    enum LostCall: String, CaseIterable, Sendable {
+        /// A read outside a transaction.
+        case read
+        /// An autocommitted write, whose commit (a deferred trigger) is still running.
+        case write
+        /// A write inside an open transaction.
+        case writeInTransaction
+        /// A `COMMIT` still running (a deferred trigger).
+        case commit
+        /// A pipeline that begins, writes and commits, the grants' shape.
+        case pipelineWithCommit
+        /// A pipeline of writes inside an open transaction.
+        case pipelineInTransaction
+
+        /// Whether the error must say the change may have been made.
+        var outcomeUnknown: Bool { [.write, .commit, .pipelineWithCommit].contains(self) }
+    }
+
+    @Test(
+        "a connection lost after a change went out and before PostgreSQL confirmed it (an autocommitted write, a COMMIT, a pipeline that commits) says the change may have been made; a read or a write inside an open transaction does not",
+        arguments: LostCall.allCases
+    )
+    func lostAnswer(call: LostCall) async throws {
+        let name = "tollgate-test-lost-\(call.rawValue)"
+        let (client, killer) = try await Self.clients(named: name, connections: 1)
+        try await TestEnvironment.using(killer, client) {
+            // `slow` sleeps at commit (a deferred constraint trigger); `plain` does not.
+            try await killer.withConnection { try await $0.runScript("""
+                CREATE TABLE slow (n int); CREATE TABLE plain (n int);
+                CREATE FUNCTION slowly() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$;
+                CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON slow DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION slowly();
+                """) }
+            let sleepy = "INSERT INTO plain SELECT 1 FROM pg_sleep(60)"
+            async let outcome: PostgresError? = {
+                do {
+                    switch call {
+                    case .read: try await client.query("SELECT pg_sleep(60)")
+                    case .write: try await client.query("INSERT INTO slow VALUES (1)")
+                    case .writeInTransaction: _ = try await client.withTransaction { try await $0.query(sleepy) }
+                    case .commit: _ = try await client.withTransaction { try await $0.query("INSERT INTO slow VALUES (1)") }
+                    case .pipelineWithCommit:
+                        _ = try await client.withConnection { try await $0.pipeline([("BEGIN", []), ("INSERT INTO slow VALUES (1)", []), ("COMMIT", [])]) }
+                    case .pipelineInTransaction:
+                        _ = try await client.withTransaction { try await $0.pipeline([("INSERT INTO plain VALUES (1)", []), (sleepy, [])]) }
+                    }
+                    return nil
+                } catch let error as PostgresError {
+                    return error
+                }
+            }()
+            // The backend is cut while it sleeps, as a network cut or a failover would cut it.
+            let terminated = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(20), "the call to sleep in PostgreSQL") { () async throws -> Bool? in
+                try await killer.query(
+                    """
+                    SELECT pg_terminate_backend(pid) AS done FROM pg_stat_activity
+                    WHERE datname = current_database() AND application_name = $1 AND wait_event = 'PgSleep'
+                    """, [name]
+                ).first?.decode(Bool.self, "done")
+            }
+            #expect(terminated)
+            let error = try #require(await outcome, "the call failed")
+            #expect(error.code == .connection, "\(error)")
+            #expect(error.isUnavailable)
+            #expect(error.outcomeUnknown == call.outcomeUnknown, "\(error)")
+            #expect(await client.ping(), "the next lease connects again")
+        }
+    }
+
+    @Test("which statements may commit a change: outside a block anything but a read or a session setting; inside one only its COMMIT", arguments: [
+        (["SELECT 1"], false, false), (["  select 1"], false, false), (["SHOW statement_timeout"], false, false), (["SET x.y = 1"], false, false),
+        (["INSERT INTO t VALUES (1)"], false, true), (["\n\tupdate t SET n = 1"], false, true), (["WITH x AS (DELETE FROM t RETURNING n) SELECT 1"], false, true),
+        (["CREATE TABLE t (n int)"], false, true), (["-- a comment\nSELECT 1"], false, true),
+        (["INSERT INTO t VALUES (1)"], true, false), (["COMMIT"], true, true), (["END"], true, true), (["COMMIT"], false, false),
+        (["BEGIN", "INSERT INTO t VALUES (1)", "COMMIT"], false, true), (["BEGIN", "INSERT INTO t VALUES (1)"], false, false),
+        (["BEGIN", "INSERT INTO t VALUES (1)", "ROLLBACK"], false, false), (["ROLLBACK", "INSERT INTO t VALUES (1)"], true, true),
+        (["START TRANSACTION", "DELETE FROM t"], false, false),
+    ])
+    func mayCommit(statements: [String], inTransaction: Bool, commits: Bool) {
+        #expect(PostgresConnection.mayCommit(statements, inTransaction: inTransaction) == commits)
+    }
+
     @Test("a pipeline runs its statements in order in one round trip; a failing one throws and skips the rest")
     func pipeline() async throws {
         try await TestDatabase.withFresh(connections: 1) { client, _ in

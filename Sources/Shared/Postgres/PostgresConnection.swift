@@ -264,24 +264,67 @@ final class PostgresConnection {
         try self.deallocateStale()
         let statement = try self.preparedName(for: sql, parameterCount: parameters.count)
         let deadline = self.deadline()
-        let sent = Self.withOptionalCStrings(parameters) { values in
-            if let statement {
-                PQsendQueryPrepared(self.handle, statement, Int32(parameters.count), values, nil, nil, 0)
-            } else {
-                PQsendQueryParams(self.handle, sql, Int32(parameters.count), nil, values, nil, nil, 0)
+        return try self.sending(mayCommit: Self.mayCommit([sql], inTransaction: self.isInTransaction)) {
+            let sent = Self.withOptionalCStrings(parameters) { values in
+                if let statement {
+                    PQsendQueryPrepared(self.handle, statement, Int32(parameters.count), values, nil, nil, 0)
+                } else {
+                    PQsendQueryParams(self.handle, sql, Int32(parameters.count), nil, values, nil, nil, 0)
+                }
+            }
+            guard sent == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
+            return try Self.checkCommit(sql, self.results(until: deadline))
+        }
+    }
+
+    /// Runs `call`, which sends statements and reads their answers. When the connection is lost on the way and
+    /// the statements may commit a change, the error says the change may have been made
+    /// (``PostgresError/outcomeUnknown``). A send that failed counts too: part of it may have gone out, and a
+    /// `COMMIT` takes effect on its `Execute` message, before the `Sync` that ends it.
+    private func sending<T>(mayCommit: Bool, _ call: () throws -> T) throws -> T {
+        do {
+            return try call()
+        } catch let error as PostgresError where mayCommit && error.code == .connection {
+            throw PostgresError(error.code, sqlState: error.sqlState, error.message, outcomeUnknown: true)
+        }
+    }
+
+    /// Whether running `statements` in order, from a session inside a transaction block or not, may commit a
+    /// change: a `COMMIT` (or `END`) of an open block, or, outside one, any statement but a read (`SELECT`,
+    /// `SHOW`, `VALUES`, `TABLE`) or one that changes nothing durable (`BEGIN`, `ROLLBACK`, `SET`, …). What runs
+    /// inside a block commits only with it. A statement whose first word this does not know counts as a change.
+    static func mayCommit(_ statements: [String], inTransaction: Bool) -> Bool {
+        var open = inTransaction
+        for sql in statements {
+            switch Self.keyword(of: sql) {
+            case "BEGIN", "START":
+                open = true
+            case "COMMIT", "END":
+                if open { return true }
+            case "ROLLBACK", "ABORT":
+                // `ROLLBACK TO SAVEPOINT` keeps the block open: taking it as closed only makes what follows
+                // count as a change.
+                open = false
+            case "SELECT", "SHOW", "VALUES", "TABLE", "SET", "RESET", "DEALLOCATE", "DISCARD":
+                break
+            default:
+                if !open { return true }
             }
         }
-        guard sent == 1 else { throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle))) }
-        return try Self.checkCommit(sql, self.results(until: deadline))
+        return false
+    }
+
+    /// The statement's first word, in capitals (`""` when it starts with anything else, a comment say).
+    static func keyword(of sql: String) -> String {
+        let letters = sql.utf8.drop { $0 == 0x20 || $0 == 0x0a || $0 == 0x09 || $0 == 0x0d }.prefix { (0x41...0x5a).contains($0 & 0xdf) }
+        return String(decoding: letters, as: UTF8.self).uppercased()
     }
 
     /// A `COMMIT` of a transaction in which a statement failed is answered `ROLLBACK`, not an error: had
     /// the failure been caught and the transaction carried on, its writes would vanish without a word.
     /// That answer is an error here (25P02, "in failed SQL transaction").
     static func checkCommit(_ sql: String, _ result: PostgresResult) throws -> PostgresResult {
-        guard result.commandTag == "ROLLBACK", sql.trimmingCharacters(in: .whitespacesAndNewlines).uppercased().hasPrefix("COMMIT") else {
-            return result
-        }
+        guard result.commandTag == "ROLLBACK", Self.keyword(of: sql) == "COMMIT" else { return result }
         throw PostgresError(.server, sqlState: "25P02", "COMMIT rolled the transaction back: a statement in it had failed")
     }
 
@@ -369,10 +412,18 @@ final class PostgresConnection {
         try self.deallocateStale()
         // Preparing is a round trip of its own, done before the pipeline (once per connection and text).
         let names = try statements.map { try self.preparedName(for: $0.sql, parameterCount: $0.parameters.count) }
+        let mayCommit = Self.mayCommit(statements.map(\.sql), inTransaction: self.isInTransaction)
         guard PQenterPipelineMode(self.handle) == 1 else {
             throw PostgresError(.connection, "cannot enter pipeline mode: \(Self.message(PQerrorMessage(self.handle)))")
         }
         defer { PQexitPipelineMode(self.handle) }
+        return try self.sending(mayCommit: mayCommit) {
+            try self.runPipeline(statements, names: names)
+        }
+    }
+
+    /// Sends a pipeline's statements, prepared under `names` (or not), and reads their results.
+    private func runPipeline(_ statements: [(sql: String, parameters: [String?])], names: [String?]) throws -> [PostgresResult] {
         for (index, statement) in statements.enumerated() {
             let sent = Self.withOptionalCStrings(statement.parameters) { values in
                 if let name = names[index] {
@@ -427,19 +478,20 @@ final class PostgresConnection {
 
     /// Plannable statements: SELECT, INSERT, UPDATE, DELETE, WITH.
     static func isPreparable(_ sql: String) -> Bool {
-        let head = sql.utf8.drop { $0 == 0x20 || $0 == 0x0a || $0 == 0x09 || $0 == 0x0d }.prefix(6)
-        let word = String(decoding: head, as: UTF8.self).uppercased()
-        return ["SELECT", "INSERT", "UPDATE", "DELETE"].contains(word) || word.hasPrefix("WITH ") || word.hasPrefix("WITH\n")
+        ["SELECT", "INSERT", "UPDATE", "DELETE", "WITH"].contains(Self.keyword(of: sql))
     }
 
     /// Runs SQL text with no parameters, several statements allowed (migrations). Values are never
     /// spliced into it: anything carrying a value goes through ``execute(_:_:)``.
     func executeScript(_ sql: String) throws {
         let deadline = self.deadline()
-        guard PQsendQuery(self.handle, sql) == 1 else {
-            throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
+        // Its statements are not read one by one: any of them may commit.
+        try self.sending(mayCommit: true) {
+            guard PQsendQuery(self.handle, sql) == 1 else {
+                throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
+            }
+            _ = try self.results(until: deadline)
         }
-        _ = try self.results(until: deadline)
     }
 
     private static func error(from result: OpaquePointer, healthy: Bool) -> PostgresError {

@@ -35,12 +35,21 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     public let sqlState: String?
     /// A description for people.
     public let message: String
+    /// Whether a change may have been committed though this error says the call failed: the connection was lost
+    /// (``code`` is ``Code/connection``) after a statement that commits went out whole, before its answer came
+    /// back. That is an autocommitted write, or a `COMMIT`. The server may have committed it and lost only the
+    /// answer: a network cut, a crash or failover in between, or a backend terminated while it waited for a
+    /// synchronous standby, which keeps what it committed locally. Never set for a single statement inside an
+    /// open transaction (its transaction dies with the connection) or for a read. Whoever sent the change must look
+    /// before sending it again.
+    public let outcomeUnknown: Bool
 
     /// Creates an error.
-    public init(_ code: Code, sqlState: String? = nil, _ message: String) {
+    public init(_ code: Code, sqlState: String? = nil, _ message: String, outcomeUnknown: Bool = false) {
         self.code = code
         self.sqlState = sqlState
         self.message = message
+        self.outcomeUnknown = outcomeUnknown
     }
 
     /// SQLSTATE 23505: a unique constraint refused the row.
@@ -79,7 +88,8 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     }
 
     public var description: String {
-        if let sqlState { return "PostgreSQL \(self.code) \(sqlState): \(self.message)" }
-        return "PostgreSQL \(self.code): \(self.message)"
+        let unknown = self.outcomeUnknown ? " (the change may have been committed)" : ""
+        if let sqlState { return "PostgreSQL \(self.code) \(sqlState): \(self.message)\(unknown)" }
+        return "PostgreSQL \(self.code): \(self.message)\(unknown)"
     }
 }
