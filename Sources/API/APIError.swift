@@ -61,4 +61,10 @@ struct APIError: Error, HTTPResponseError {
     static func unavailable(_ what: String) -> APIError {
         APIError(.serviceUnavailable, code: "dependency_unavailable", "\(what) is unavailable; try again shortly", retryAfter: 5)
     }
+    /// PostgreSQL was lost after a change went out and before it confirmed it (``PostgresError/outcomeUnknown``):
+    /// unlike every other refusal, the change may have been made.
+    static let outcomeUnknown = APIError(
+        .serviceUnavailable, code: "outcome_unknown",
+        "the database did not confirm the change; it may have been made", retryAfter: 5
+    )
 }

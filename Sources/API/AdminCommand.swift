@@ -10,10 +10,11 @@ import Shared
 /// Talks to a running API over HTTP (`--url`, `TOLLGATE_ADMIN_URL`) with `TOLLGATE_ADMIN_TOKEN` from the
 /// environment (never a flag, so it stays out of `ps`). Prints the API's JSON answer; on a refusal prints its
 /// message and exits 1, and exits 75 (`EX_TEMPFAIL`) only when running it again is safe and may succeed: the
-/// API's own 503 (its body names `dependency_unavailable` or `shutting_down`; it wrote nothing), a 429 (a proxy's
+/// API's own 503 that wrote nothing (its body names `dependency_unavailable` or `shutting_down`), a 429 (a proxy's
 /// rate limit: the API sets none on admin routes), or a read or a PATCH (which sets what it sets however often it
 /// runs) that got no answer, or a 502, a 504 or another 503. Those come from a proxy in front, which may have
-/// passed the request on, so a POST answered so, like one without an answer, may have been applied: 1, with a
+/// passed the request on, or from the API when PostgreSQL was lost before it confirmed the change
+/// (`outcome_unknown`), so a POST answered so, like one without an answer, may have been applied: 1, with a
 /// hint. Redirects are not followed (1). An unset token or an unusable URL is one line and exit code 2, before
 /// any request.
 struct Admin: AsyncParsableCommand {
@@ -106,17 +107,19 @@ struct Admin: AsyncParsableCommand {
             let code = response.status.code
             guard (200..<300).contains(code) else {
                 let message = object?["message"] as? String ?? String(decoding: data, as: UTF8.self)
-                // The API's own 503 names why in its body and wrote nothing. A 502, a 504 or any other 503 (an
-                // "upstream reset") is a proxy's, which may have passed the request on and lost the API's answer.
+                // The API's own 503 names why in its body: `dependency_unavailable` and `shutting_down` wrote
+                // nothing, `outcome_unknown` may have (PostgreSQL was lost before it confirmed the change). A 502, a
+                // 504 or any other 503 (an "upstream reset") is a proxy's, which may have passed the request on and
+                // lost the API's answer.
                 let refusedByAPI = code == 503 && ["dependency_unavailable", "shutting_down"].contains(object?["code"] as? String)
-                let fromProxy = code == 502 || code == 504 || (code == 503 && !refusedByAPI)
-                var hint = fromProxy && !Self.repeatable(method) ? "; the API may have applied it: \(Self.lookFirst)" : ""
+                let mayHaveApplied = code == 502 || code == 504 || (code == 503 && !refusedByAPI)
+                var hint = mayHaveApplied && !Self.repeatable(method) ? "; the API may have applied it: \(Self.lookFirst)" : ""
                 if (300..<400).contains(code) {
                     hint = "; redirected to \(response.headers.first(name: "Location") ?? "nowhere"): point --url at the API itself"
                 }
                 FileHandle.standardError.write(Data("tollgate-api admin: \(code): \(message)\(hint)\n".utf8))
                 // A 429 comes from a proxy's rate limit (the API sets none on admin routes), which refuses before passing on.
-                throw code == 429 || refusedByAPI || (fromProxy && Self.repeatable(method)) ? Self.tryAgainLater : ExitCode(1)
+                throw code == 429 || refusedByAPI || (mayHaveApplied && Self.repeatable(method)) ? Self.tryAgainLater : ExitCode(1)
             }
             if let parsed, let pretty = try? JSONSerialization.data(withJSONObject: parsed, options: [.prettyPrinted, .sortedKeys]) {
                 print(String(decoding: pretty, as: UTF8.self))

@@ -1,4 +1,5 @@
 import Foundation
+import Shared
 import Testing
 import TestSupport
 
@@ -100,6 +101,60 @@ struct AdminCLITests {
             #expect(redirected.error == "tollgate-api admin: 302: moved; redirected to \(target): point --url at the API itself\n")
             #expect(proxy.requestLines == ["POST /admin/v1/publishers HTTP/1.1"], "not followed")
         }
+    }
+
+    @Test(
+        "a create whose commit PostgreSQL never confirmed (its backend terminated while it waited for a synchronous standby) answers 503 outcome_unknown, and the CLI exits 1 and says to look first: the publisher was made; so it is when the API gives the wait up at its answer deadline"
+    )
+    func unconfirmedCreate() async throws {
+        let postgres = try await DedicatedPostgres()
+        let system = try await TollgateSystem(databaseURL: postgres.url + "?options=-c%20statement_timeout%3D3s")
+        try await TestEnvironment.using(system) {
+            let database = system.database
+            // Every commit now waits for a standby that does not exist, as with synchronous replication and its standby down.
+            try await database.withConnection { try await $0.runScript("ALTER SYSTEM SET synchronous_standby_names = 'ghost'") }
+            try await database.query("SELECT pg_reload_conf()")
+            _ = try await Poll.until(timeout: .seconds(20), "the setting to take effect") { () async throws -> Bool? in
+                try await database.query("SHOW synchronous_standby_names").first?.decode(String.self, "synchronous_standby_names") == "ghost" ? true : nil
+            }
+            // A failover tool (or an operator) terminates the backend waiting for the standby: the commit is kept locally, its answer lost.
+            @Sendable func terminateWaitingCommit() async throws {
+                _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(20), "a commit waiting for the standby") { () async throws -> Bool? in
+                    try await database.query(
+                        "SELECT pg_terminate_backend(pid) AS done FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND application_name = 'tollgate'"
+                    ).first?.decode(Bool.self, "done")
+                }
+            }
+            async let answer = system.request(.POST, "/admin/v1/publishers", headers: system.admin, json: ["name": "unconfirmed-http"])
+            try await terminateWaitingCommit()
+            let reply = try await answer
+            #expect(reply.status == 503)
+            #expect(reply.json["code"] as? String == "outcome_unknown", "\(reply.text)")
+            #expect(reply.headers["retry-after"] == "5")
+            #expect(system.api.log().contains("PostgreSQL was lost before it confirmed a change"))
+
+            async let run = Self.admin(system, ["publishers", "create", "--name", "unconfirmed-cli"], token: system.adminToken)
+            try await terminateWaitingCommit()
+            let cli = try await run
+            #expect(cli.status == 1, "running it again would make a second publisher")
+            #expect(cli.error.hasSuffix("; the API may have applied it: list what it changes before running it again\n"), "\(cli.error)")
+
+            // Left alone, the commit waits for the standby past the statement timeout (PostgreSQL does not time a
+            // commit), so the API gives the connection up at its answer deadline (3 s + 5 s): the same answer.
+            let clock = ContinuousClock()
+            let asked = clock.now
+            let slow = try await system.request(.POST, "/admin/v1/publishers", headers: system.admin, json: ["name": "standby-timeout"])
+            let waited = clock.now - asked
+            #expect(slow.status == 503 && slow.json["code"] as? String == "outcome_unknown", "\(slow.text)")
+            #expect(waited >= .seconds(8) && waited < .seconds(20), "answered after \(waited)")
+
+            try await database.withConnection { try await $0.runScript("ALTER SYSTEM RESET synchronous_standby_names") }
+            try await database.query("SELECT pg_reload_conf()")
+            let listed = try await system.request(.GET, "/admin/v1/publishers", headers: system.admin)
+            let names = (listed.json["publishers"] as? [[String: Any]] ?? []).compactMap { $0["name"] as? String }
+            #expect(Set(names) == ["unconfirmed-http", "unconfirmed-cli", "standby-timeout"], "\(listed.text)")
+        }
+        withExtendedLifetime(postgres) {}
     }
 
     @Test("publishers, apps, products, queue and dead letters from the command line; refusals exit non-zero with the API's message")

@@ -5,7 +5,8 @@ import NIOHTTP1
 import Shared
 
 /// Turns every error into CONTRACT.md's JSON error; a dependency that is down is a 503 with
-/// `Retry-After`, and only a real fault is a 500. Logs name the error's type, never request data.
+/// `Retry-After` (`outcome_unknown` when PostgreSQL was lost after a change went out), and only a real fault
+/// is a 500. Logs name the error's type, never request data.
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
     /// Tells a schema older than the binary (503 until `migrate` has run) from a statement's defect (500).
     let schema: SchemaCheck
@@ -26,6 +27,10 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
             guard let missing = try? await self.schema.missing(), !missing.isEmpty else { return Self.fault(error, context: context) }
             context.logger.error("the database schema is older than this binary: run `tollgate-api migrate`", metadata: ["error": "\(error)"])
             return APIError.unavailable("the database").response
+        } catch let error as PostgresError where error.outcomeUnknown {
+            // Not "nothing was written": the change may have committed, so sending it again blindly could make it twice.
+            context.logger.warning("PostgreSQL was lost before it confirmed a change", metadata: ["error": "\(error)"])
+            return APIError.outcomeUnknown.response
         } catch let error as PostgresError where error.isUnavailable {
             context.logger.warning("PostgreSQL unavailable", metadata: ["error": "\(error)"])
             return APIError.unavailable("the database").response
