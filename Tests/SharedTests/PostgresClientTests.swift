@@ -182,6 +182,9 @@ struct PostgresClientTests {
         case write
         /// A write inside an open transaction.
         case writeInTransaction
+        /// An autocommitted write on a session without a statement timeout or an answer deadline (a migration's):
+        /// libpq, not the deadline's wait, then reads the server's FATAL error and the close.
+        case writeWithoutDeadline
         /// A `COMMIT` still running (a deferred trigger).
         case commit
         /// A pipeline that begins, writes and commits, the grants' shape.
@@ -190,7 +193,7 @@ struct PostgresClientTests {
         case pipelineInTransaction
 
         /// Whether the error must say the change may have been made.
-        var outcomeUnknown: Bool { [.write, .commit, .pipelineWithCommit].contains(self) }
+        var outcomeUnknown: Bool { [.write, .writeWithoutDeadline, .commit, .pipelineWithCommit].contains(self) }
     }
 
     @Test(
@@ -213,6 +216,8 @@ struct PostgresClientTests {
                     switch call {
                     case .read: try await client.query("SELECT pg_sleep(60)")
                     case .write: try await client.query("INSERT INTO slow VALUES (1)")
+                    case .writeWithoutDeadline:
+                        try await client.withConnection { session in try await session.withoutStatementTimeout { try await session.query("INSERT INTO slow VALUES (1)") } }
                     case .writeInTransaction: _ = try await client.withTransaction { try await $0.query(sleepy) }
                     case .commit: _ = try await client.withTransaction { try await $0.query("INSERT INTO slow VALUES (1)") }
                     case .pipelineWithCommit:
@@ -250,10 +255,18 @@ struct PostgresClientTests {
         (["INSERT INTO t VALUES (1)"], true, false), (["COMMIT"], true, true), (["END"], true, true), (["COMMIT"], false, false),
         (["BEGIN", "INSERT INTO t VALUES (1)", "COMMIT"], false, true), (["BEGIN", "INSERT INTO t VALUES (1)"], false, false),
         (["BEGIN", "INSERT INTO t VALUES (1)", "ROLLBACK"], false, false), (["ROLLBACK", "INSERT INTO t VALUES (1)"], true, true),
-        (["START TRANSACTION", "DELETE FROM t"], false, false),
+        (["START TRANSACTION", "DELETE FROM t"], false, false), (["DEALLOCATE tg_1"], false, false), (["COMMIT PREPARED 'tx'"], false, true),
     ])
     func mayCommit(statements: [String], inTransaction: Bool, commits: Bool) {
         #expect(PostgresConnection.mayCommit(statements, inTransaction: inTransaction) == commits)
+    }
+
+    @Test("a script may commit outside a transaction block, and inside one only when it names COMMIT", arguments: [
+        ("SELECT 1; SELECT 2", false, true), ("CREATE TABLE t (n int); INSERT INTO t VALUES (1)", true, false),
+        ("INSERT INTO t VALUES (1); commit; BEGIN", true, true),
+    ])
+    func scriptMayCommit(sql: String, inTransaction: Bool, commits: Bool) {
+        #expect(PostgresConnection.scriptMayCommit(sql, inTransaction: inTransaction) == commits)
     }
 
     @Test("a pipeline runs its statements in order in one round trip; a failing one throws and skips the rest")

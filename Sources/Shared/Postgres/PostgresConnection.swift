@@ -257,7 +257,7 @@ final class PostgresConnection {
         guard !self.stalePrepared.isEmpty, !self.isInTransaction else { return }
         let names = self.stalePrepared
         self.stalePrepared = []
-        for name in names { try self.executeScript("DEALLOCATE \(name)") }
+        for name in names { _ = try self.executeOnce("DEALLOCATE \(name)", []) }
     }
 
     private func executeOnce(_ sql: String, _ parameters: [String?]) throws -> PostgresResult {
@@ -300,7 +300,8 @@ final class PostgresConnection {
             case "BEGIN", "START":
                 open = true
             case "COMMIT", "END":
-                if open { return true }
+                // `COMMIT PREPARED` commits a prepared transaction from outside any block.
+                if open || Self.keyword(of: String(sql.drop { $0.isWhitespace }.drop { $0.isLetter })) == "PREPARED" { return true }
             case "ROLLBACK", "ABORT":
                 // `ROLLBACK TO SAVEPOINT` keeps the block open: taking it as closed only makes what follows
                 // count as a change.
@@ -312,6 +313,13 @@ final class PostgresConnection {
             }
         }
         return false
+    }
+
+    /// Whether a script (several statements, not split here: dollar quotes and comments make that a parser's
+    /// work) may commit a change: outside a transaction block always, inside one when its text names `COMMIT`
+    /// anywhere. A migration runs inside its own block, and names none.
+    static func scriptMayCommit(_ sql: String, inTransaction: Bool) -> Bool {
+        !inTransaction || sql.range(of: "COMMIT", options: .caseInsensitive) != nil
     }
 
     /// The statement's first word, in capitals (`""` when it starts with anything else, a comment say).
@@ -485,8 +493,7 @@ final class PostgresConnection {
     /// spliced into it: anything carrying a value goes through ``execute(_:_:)``.
     func executeScript(_ sql: String) throws {
         let deadline = self.deadline()
-        // Its statements are not read one by one: any of them may commit.
-        try self.sending(mayCommit: true) {
+        try self.sending(mayCommit: Self.scriptMayCommit(sql, inTransaction: self.isInTransaction)) {
             guard PQsendQuery(self.handle, sql) == 1 else {
                 throw PostgresError(.connection, Self.message(PQerrorMessage(self.handle)))
             }
@@ -504,7 +511,10 @@ final class PostgresConnection {
             // quote to the last, since the value may hold quotes of its own.
             message = message.replacing(/"(?s:.*)"/, with: "\"…\"")
         }
-        return PostgresError(healthy ? .server : .connection, sqlState: sqlState, message)
+        // A FATAL or PANIC error ends the session, though libpq may not have seen the socket close yet.
+        let severity = PQresultErrorField(result, Int32(UInt8(ascii: "V"))).map { String(cString: $0) }
+        let ending = severity == "FATAL" || severity == "PANIC"
+        return PostgresError(healthy && !ending ? .server : .connection, sqlState: sqlState, message)
     }
 
     private static func rows(of result: OpaquePointer) -> PostgresResult {

@@ -36,8 +36,8 @@ public struct PostgresError: Error, Equatable, CustomStringConvertible {
     /// A description for people.
     public let message: String
     /// Whether a change may have been committed though this error says the call failed: the connection was lost
-    /// (``code`` is ``Code/connection``) after a statement that commits went out whole, before its answer came
-    /// back. That is an autocommitted write, or a `COMMIT`. The server may have committed it and lost only the
+    /// (``code`` is ``Code/connection``) after a statement that commits went out (or began to), before its answer
+    /// came back. That is an autocommitted write, or a `COMMIT`. The server may have committed it and lost only the
     /// answer: a network cut, a crash or failover in between, or a backend terminated while it waited for a
     /// synchronous standby, which keeps what it committed locally. Never set for a single statement inside an
     /// open transaction (its transaction dies with the connection) or for a read. Whoever sent the change must look
