@@ -114,6 +114,10 @@ struct Admin: AsyncParsableCommand {
                 let refusedByAPI = code == 503 && ["dependency_unavailable", "shutting_down"].contains(object?["code"] as? String)
                 let mayHaveApplied = code == 502 || code == 504 || (code == 503 && !refusedByAPI)
                 var hint = mayHaveApplied && !Self.repeatable(method) ? "; the API may have applied it: \(Self.lookFirst)" : ""
+                if !hint.isEmpty, object?["code"] as? String == "outcome_unknown" {
+                    // A commit still waiting for a synchronous standby shows in no listing until it is done.
+                    hint += " (a change PostgreSQL is still committing shows only once it is done: ops/OPERATIONS.md, PostgreSQL)"
+                }
                 if (300..<400).contains(code) {
                     hint = "; redirected to \(response.headers.first(name: "Location") ?? "nowhere"): point --url at the API itself"
                 }
