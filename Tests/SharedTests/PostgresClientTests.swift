@@ -516,25 +516,32 @@ struct PostgresClientTests {
         try await Self.withLimitedDatabase(pools: [4]) { limitConnections, clients in
             let client = clients[0]
             try await limitConnections(1)
+            let served = AsyncStream<Void>.makeStream()
             try await withThrowingTaskGroup(of: Void.self) { group in
-                // The one connection allowed, busy for 6 s.
+                // The one connection allowed, leased until the caller below is served (or 30 s have passed).
                 let holding = AsyncStream<Void>.makeStream()
                 group.addTask {
                     try await client.withConnection { session in
                         try await session.query("SELECT 1")
                         holding.continuation.yield()
-                        try await session.query("SELECT pg_sleep(6)")
+                        let servedMeanwhile = await withTaskGroup(of: Bool.self) { race in
+                            race.addTask { await served.stream.first { _ in true } != nil }
+                            race.addTask { (try? await Task.sleep(for: .seconds(30))) == nil }
+                            defer { race.cancelAll() }
+                            return await race.next() ?? false
+                        }
+                        #expect(servedMeanwhile, "the caller was served only once the busy connection came free")
                     }
                 }
                 for await _ in holding.stream { break }
-                // A caller whose connection is refused waits; meanwhile the server takes more again.
-                let asked = ContinuousClock.now
+                // A caller whose connection is refused waits; once it has been refused, the server takes more again.
                 group.addTask {
                     try await client.query("SELECT 1")
-                    let waited = ContinuousClock.now - asked
-                    #expect(waited < .seconds(4), "served only when the busy connection came free, after \(waited)")
+                    served.continuation.yield()
                 }
-                try await Task.sleep(for: .milliseconds(300))
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(20), "the caller's connection to be refused") {
+                    client.openPausedUntil
+                }
                 try await limitConnections(-1)
                 try await group.waitForAll()
             }

@@ -216,6 +216,12 @@ public final class PostgresClient: Sendable {
         return others
     }
 
+    /// Until when opening pauses after the last connection that could not be opened; `nil` before any (tests
+    /// wait on it to know a refusal happened).
+    var openPausedUntil: ContinuousClock.Instant? {
+        self.state.withLock { $0.openPausedUntil }
+    }
+
     /// Opens a new slot's connection on the client's threads.
     private func open(_ slot: PostgresSlot) async throws {
         let url = self.url
