@@ -72,19 +72,22 @@ struct ReceiptToAccessTests {
         let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000", "TOLLGATE_WORKER_CONCURRENCY": "64"])
         do {
             let publisher = try await system.createPublisher(products: [Self.coins])
-            // All 1000 queued before the worker starts, and 500 ms of Apple per receipt (64 at a time: about 8 s
-            // for the burst) keep it busy long enough to be killed mid-flight on a loaded machine.
-            let jobs = try await Self.postBurst(system, publisher, count: 1000, latencyMs: 500)
+            // 936 queued before the worker starts, 500 ms of Apple per receipt, 64 at a time. Once some are granted,
+            // Apple holds every call admitted from then on, and the last 64 are posted: the worker is killed
+            // holding jobs it cannot finish, while the calls admitted before end and their grants commit.
+            let early = try await Self.postBurst(system, publisher, count: 936, latencyMs: 500)
             let worker = try await system.startWorker(name: "e2e-crash")
             _ = try await Poll.until(timeout: .seconds(120), "some grants before the kill") {
                 let granted = try await system.count("SELECT count(*) FROM wallet_entries")
                 return granted >= 100 ? granted : nil
             }
+            let jobs = early + (try await system.holdApple { try await Self.postBurst(system, publisher, count: 64, latencyMs: 500, firstIndex: early.count) })
             worker.signal(SIGKILL)
             _ = try await worker.waitForExit()
             let grantedAtKill = try await system.count("SELECT count(*) FROM wallet_entries")
             #expect(grantedAtKill < 1000, "the kill must land mid-burst")
 
+            try await system.setAppleLatency(milliseconds: 0)
             try await system.startWorker(name: "e2e-crash")
             try await Self.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(240))
             #expect(try await system.count("SELECT count(*) FROM transactions") == 1000)
@@ -98,8 +101,10 @@ struct ReceiptToAccessTests {
         await system.shutdown()
     }
 
-    /// Posts `count` distinct consumable receipts, 32 at a time; returns the job ids.
-    static func postBurst(_ system: TollgateSystem, _ publisher: TollgateSystem.Publisher, count: Int, latencyMs: Int) async throws -> [String] {
+    /// Posts `count` distinct consumable receipts, 32 at a time, for buyers numbered from `firstIndex`; returns the job ids.
+    static func postBurst(
+        _ system: TollgateSystem, _ publisher: TollgateSystem.Publisher, count: Int, latencyMs: Int, firstIndex: Int = 0
+    ) async throws -> [String] {
         try await withThrowingTaskGroup(of: [String].self) { group in
             let lanes = 32
             for lane in 0..<lanes {
@@ -112,7 +117,7 @@ struct ReceiptToAccessTests {
                             extra: latencyMs > 0 ? ["latencyMs": latencyMs] : [:]
                         )
                         let reply = try await system.submit(
-                            publisher, email: "buyer\(index)@example.com", offerId: "S200_US", transactionId: transaction, receipt: receipt
+                            publisher, email: "buyer\(firstIndex + index)@example.com", offerId: "S200_US", transactionId: transaction, receipt: receipt
                         )
                         guard reply.status == 200, let id = reply.json["jobId"] as? String else {
                             throw ManagedProcess.Failure("submission \(index) answered \(reply.status) \(reply.json)")

@@ -56,14 +56,19 @@ struct ResilienceTests {
         // Five minutes before a peer may claim: only the restarted worker's own replay can finish the jobs in time.
         try await Self.with(["TOLLGATE_CLAIM_MIN_IDLE_MS": "300000", "TOLLGATE_WORKER_CONCURRENCY": "16"]) { system in
             let publisher = try await system.createPublisher(products: [Self.coins])
-            let jobs = try await ReceiptToAccessTests.postBurst(system, publisher, count: 64, latencyMs: 500)
+            let early = try await ReceiptToAccessTests.postBurst(system, publisher, count: 48, latencyMs: 500)
             let worker = try await system.startWorker(name: "e2e-same-name")
             _ = try await Poll.until(timeout: .seconds(60), "some grants before the kill") {
                 try await system.count("SELECT count(*) FROM wallet_entries") >= 8 ? true : nil
             }
+            let late = try await system.holdApple {
+                try await ReceiptToAccessTests.postBurst(system, publisher, count: 16, latencyMs: 500, firstIndex: early.count)
+            }
+            let jobs = early + late
             worker.signal(SIGKILL)
             _ = try await worker.waitForExit()
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") < jobs.count, "the kill must land mid-burst")
+            try await system.setAppleLatency(milliseconds: 0)
             let restarted = try await system.startWorker(name: "e2e-same-name")
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(60))
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") == jobs.count, "each credited once")

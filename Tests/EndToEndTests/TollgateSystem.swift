@@ -96,6 +96,36 @@ final class TollgateSystem: @unchecked Sendable {
         _ = try await self.emulator.port()
     }
 
+    /// Makes the emulator hold each verifyReceipt call it admits from now on for `milliseconds` (its runtime
+    /// latency; a call admitted before keeps its own), and returns the production calls admitted until then:
+    /// a count above it later means a call that holds.
+    @discardableResult
+    func setAppleLatency(milliseconds: Int) async throws -> Int {
+        let reply = try await self.request(.POST, "/emulator/config", json: ["latencyMs": milliseconds], base: self.emulatorBase)
+        guard reply.status == 200 else { throw ManagedProcess.Failure("the emulator refused latencyMs \(milliseconds): \(reply.status) \(reply.text)") }
+        return try await self.appleCalls()
+    }
+
+    /// The production verifyReceipt calls the emulator has admitted.
+    func appleCalls() async throws -> Int {
+        let reply = try await self.request(.GET, "/emulator/stats", base: self.emulatorBase)
+        guard let calls = reply.json["production"] as? Int else { throw ManagedProcess.Failure("the emulator's stats: \(reply.status) \(reply.text)") }
+        return calls
+    }
+
+    /// Holds Apple (see ``setAppleLatency(milliseconds:)``) and has `post` submit more jobs meanwhile, then waits
+    /// until a call admitted since is held: from then on a worker holds a job it cannot finish, however slow
+    /// the machine, so a kill lands mid-burst. `post`'s jobs guarantee such a call even if every earlier one
+    /// had started. Returns them.
+    func holdApple(posting post: () async throws -> [String]) async throws -> [String] {
+        let admitted = try await self.setAppleLatency(milliseconds: 3_600_000)
+        let posted = try await post()
+        _ = try await Poll.until(timeout: .seconds(60), "a verifyReceipt call admitted while Apple holds") {
+            try await self.appleCalls() > admitted ? true : nil
+        }
+        return posted
+    }
+
     /// The job's record as the API shows it.
     func job(_ publisher: Publisher, _ jobId: String) async throws -> [String: Any] {
         try await self.request(.GET, "/v1/receipts/\(jobId)", headers: publisher.headers).json
