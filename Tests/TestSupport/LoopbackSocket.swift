@@ -1,8 +1,10 @@
 import Foundation
 
 /// A blocking TCP connection to a port on 127.0.0.1, for tests that must speak below HTTP (a request cut
-/// off half-way) or only need to know that something listens.
-public final class LoopbackSocket {
+/// off half-way) or only need to know that something listens. Its waits (`read`, `closedByPeer`) run on a
+/// thread of their own (``offThePool(_:)``): parked on Swift's cooperative pool, two of them would stall
+/// every other task of the test process, its own helpers included.
+public final class LoopbackSocket: Sendable {
     private let descriptor: Int32
 
     /// Connects, or returns nil when nothing accepts on the port.
@@ -40,7 +42,11 @@ public final class LoopbackSocket {
     }
 
     /// Reads until what was read contains `marker`, the peer closes, or `seconds` pass; returns what was read.
-    public func read(until marker: String, seconds: Int32) -> String {
+    public func read(until marker: String, seconds: Int32) async throws -> String {
+        try await offThePool { self.readBlocking(until: marker, seconds: seconds) }
+    }
+
+    private func readBlocking(until marker: String, seconds: Int32) -> String {
         var received: [UInt8] = []
         let deadline = ContinuousClock.now + .seconds(Int(seconds))
         while !String(decoding: received, as: UTF8.self).contains(marker) {
@@ -97,12 +103,16 @@ public final class LoopbackSocket {
     }
 
     /// Whether the peer closed the connection within `seconds` (reads past any data it sent first).
-    public func closedByPeer(within seconds: Int32) -> Bool {
-        self.closedByPeer(within: .seconds(Int(seconds)))
+    public func closedByPeer(within seconds: Int32) async throws -> Bool {
+        try await self.closedByPeer(within: .seconds(Int(seconds)))
     }
 
     /// Whether the peer closed the connection within `limit` (reads past any data it sent first).
-    public func closedByPeer(within limit: Duration) -> Bool {
+    public func closedByPeer(within limit: Duration) async throws -> Bool {
+        try await offThePool { self.closedByPeerBlocking(within: limit) }
+    }
+
+    private func closedByPeerBlocking(within limit: Duration) -> Bool {
         let deadline = ContinuousClock.now + limit
         var buffer = [UInt8](repeating: 0, count: 4096)
         while ContinuousClock.now < deadline {
