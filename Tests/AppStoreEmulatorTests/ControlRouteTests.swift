@@ -219,6 +219,25 @@ struct ControlRouteTests {
             }
     }
 
+    @Test("global latency lowered at runtime applies to the calls it finds waiting: set to 0, they answer at once", .timeLimit(.minutes(1)))
+    func latencyLowered() async throws {
+        let state = EmulatorState(settings: FaultSettings(latencyMs: 3_600_000, failRate: 0, failMode: .http503, timeoutHoldMs: 0))
+        let receipt = Fixtures.receiptData(Fixtures.simpleScenario())
+        try await buildApplication(EmulatorConfiguration(), state: state).test(.router) { client in
+            async let answer = client.verify(receipt)
+            let deadline = ContinuousClock.now + .seconds(20)
+            while await state.currentStats().production == 0 {
+                try #require(ContinuousClock.now < deadline, "the call never arrived")
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            let lowered = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: #"{"latencyMs":0}"#))
+            #expect(lowered.status == .ok)
+            let body = try Fixtures.object(try await answer.body)
+            #expect(body["status"] as? Int == 0)
+            #expect(!state.holdsAreReleased, "lowered, not released by a stop")
+        }
+    }
+
     @Test("a stop signal cuts global and scenario latency short: the calls in flight answer at once", arguments: [(60_000, 0), (0, 60_000)])
     func latencyReleased(global: Int, scenario: Int) async throws {
         let state = EmulatorState(settings: FaultSettings(latencyMs: global, failRate: 0, failMode: .http503, timeoutHoldMs: 0))

@@ -92,6 +92,19 @@ actor EmulatorState {
         holdsReleased.load(ordering: .relaxed)
     }
 
+    /// Waits out the global latency of a call admitted at `admitted` with `milliseconds` of it, as the setting
+    /// stands while it waits: a runtime change applies to the calls already waiting (lowered to 0, Apple is
+    /// back at once for them too). Checked every 100 ms at most; ends early once holds are released.
+    nonisolated func holdLatency(milliseconds: Int, admitted: ContinuousClock.Instant) async throws {
+        var latency = milliseconds
+        while !self.holdsAreReleased {
+            let left = admitted.advanced(by: .milliseconds(latency)) - ContinuousClock.now
+            guard left > .zero else { return }
+            try await Task.sleep(for: min(left, .milliseconds(100)))
+            latency = await self.currentSettings().latencyMs
+        }
+    }
+
     /// Waits up to `milliseconds`, or less once holds are released (checked every 100 ms at most).
     nonisolated func hold(milliseconds: Int) async throws {
         let clock = ContinuousClock()

@@ -31,11 +31,12 @@ struct VerifyReceiptController: Sendable {
         var request = request
         // Read the body even when a failure is injected, so the connection stays reusable.
         let body = try await request.collectBody(upTo: Self.maxBodySize)
+        let admitted = ContinuousClock.now
         let latencyMs = await state.admit(endpoint)
         // Latency, like a `timeout` hold, ends early on a stop signal: a graceful shutdown waits for the
-        // calls in flight, and an operator may have set minutes of it.
+        // calls in flight, and an operator may have set minutes of it. Lowered meanwhile, it ends sooner.
         if latencyMs > 0 {
-            try await state.hold(milliseconds: latencyMs)
+            try await state.holdLatency(milliseconds: latencyMs, admitted: admitted)
         }
         let moved = request.uri.queryParameters["moved"] == "1"
         let admission = await state.draw(faults: !moved)
