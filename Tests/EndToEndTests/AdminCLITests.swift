@@ -135,7 +135,10 @@ struct AdminCLITests {
             #expect(reply.status == 503)
             #expect(reply.json["code"] as? String == "outcome_unknown", "\(reply.text)")
             #expect(reply.headers["retry-after"] == "5")
-            #expect(system.api.log().contains("PostgreSQL was lost before it confirmed a change"))
+            // Logged before the answer went out, by the log's writer thread: read once it has written it.
+            _ = try await Poll.until(timeout: .seconds(10), "the API's log line") {
+                system.api.log().contains("PostgreSQL was lost before it confirmed a change") ? true : nil
+            }
 
             asked = clock.now
             async let run = Self.admin(system, ["publishers", "create", "--name", "unconfirmed-cli"], token: system.adminToken)

@@ -325,8 +325,8 @@ struct StartupTests {
             let cut = try await second.read(until: "}", seconds: 30)
             #expect(cut.isEmpty || cut.hasPrefix("HTTP/1.1 503"), "\(cut)")
             #expect(try await second.closedByPeer(within: 10))
+            try await release()
             let releasedAfter = ContinuousClock.now - signalled
-            release()
             // A held the connection in its query, which cancellation cannot reach: the stop waits for it, up to
             // its deadline (grace + 5 s = 6 s from the signal). Released about 1 s after the signal, A ends well
             // before: exit 0. Only a test held back for seconds by a loaded machine may release it so late
@@ -362,9 +362,10 @@ struct StartupTests {
 
     /// Starts the API on a fresh database with one PostgreSQL connection and a grace of 1 s, and takes that
     /// connection: a listing of products (request A, written on `first`) waits on a lock the test holds on
-    /// `products` until `release` is called or `body` returns. `listing` is that request, to send again.
+    /// `products` until `release` has given it back (it returns then) or `body` returns. `listing` is that
+    /// request, to send again.
     static func withListingHoldingTheConnection(
-        _ body: (_ process: ManagedProcess, _ listing: String, _ first: LoopbackSocket, _ release: @escaping @Sendable () -> Void) async throws -> Void
+        _ body: (_ process: ManagedProcess, _ listing: String, _ first: LoopbackSocket, _ release: @escaping @Sendable () async throws -> Void) async throws -> Void
     ) async throws {
         let url = try await TestEnvironment.freshDatabase()
         let database = PostgresClient(url: url, connections: 2)
@@ -403,7 +404,10 @@ struct StartupTests {
                             "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM products%'"
                         ).first
                     }
-                    try await body(process, listing, first) { release.finish() }
+                    try await body(process, listing, first) {
+                        release.finish()
+                        try await holder.value
+                    }
                 } catch {
                     release.finish()
                     _ = try? await holder.value

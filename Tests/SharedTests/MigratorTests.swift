@@ -151,8 +151,9 @@ struct MigratorTests {
             let holder = PostgresClient(url: url, connections: 1)
             let reader = PostgresClient(url: url, connections: 1)
             try await TestEnvironment.using(holder, reader) {
-                // A reader that would queue behind the migration's lock gives up after 3 s instead of 15.
-                try await reader.query("SET statement_timeout = 3000")
+                // A reader that would queue behind the migration's lock gives up after 10 s instead of 15 (the
+                // migration's lock timeout is 100 ms: the rest is a loaded machine's room).
+                try await reader.query("SET statement_timeout = 10000")
                 let change = Migrations.Migration(version: 9_998, name: "alter busy", sql: "ALTER TABLE busy ADD COLUMN note text")
                 // A forgotten transaction: it read the table and stays open.
                 try await Self.migrating(

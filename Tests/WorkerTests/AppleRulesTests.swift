@@ -294,8 +294,9 @@ struct AppleRulesTests {
 
     @Test("HTTP 429/5xx, a redirect (not followed), a body that is not Apple's JSON, or a timeout on the first call: retrying, then granted", arguments: Transport.allCases)
     func transportFailure(_ mode: Transport) async throws {
-        // A short Apple timeout, so the emulator's held request (`timeout` mode) fails the call quickly.
-        let timeout = mode == .timeout ? 300 : 30_000
+        // A shorter Apple timeout, so the emulator's held request (`timeout` mode, 30 s) fails the call sooner;
+        // 3 s, so the calls after it (each bound by it too) beat it even on a loaded machine.
+        let timeout = mode == .timeout ? 3000 : 30_000
         try await WorkerHarness.with(retry: WorkerHarness.fastRetry(), appleTimeoutMilliseconds: timeout) { harness in
             let (transaction, job) = try await Self.submitPremium(harness, extra: ["fail": ["count": 1, "mode": mode.rawValue]])
             try await harness.work()
@@ -592,7 +593,7 @@ struct AppleRulesTests {
             let (_, jobId) = try await Self.submitPremium(harness)
             let busy = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1, acquireTimeout: .milliseconds(300))
             try await TestEnvironment.using(busy) {
-                let holder = await busy.holdConnection(seconds: 3)
+                let holder = await busy.holdConnection()
                 let fulfiller = Fulfiller(catalog: harness.catalog, grants: GrantStore(database: busy), queue: harness.queue, apple: harness.emulatorFulfiller().apple)
                 let processor = JobProcessor(
                     queue: harness.queue, fulfiller: fulfiller, retry: harness.retry, retentionSeconds: 86_400, recordPatience: .seconds(60),
@@ -605,7 +606,7 @@ struct AppleRulesTests {
                 #expect(record.reason == "internal", "\(record)")
                 #expect(record.attempts == 0, "contention gives the attempt back: \(record)")
                 #expect(!fulfiller.database.isAway, "PostgreSQL answers: no outage")
-                _ = try await holder.value
+                try await holder.release()
             }
             try await harness.expectNothingGranted()
         }

@@ -29,14 +29,14 @@ struct DatabaseWatchTests {
     func poolBusy() async throws {
         let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1, acquireTimeout: .milliseconds(300))
         try await TestEnvironment.using(database) {
-            let holder = await database.holdConnection(seconds: 2)
+            let holder = await database.holdConnection()
             let refused = await #expect(throws: PostgresError.self) { try await database.query("SELECT 1") }
             let error = try #require(refused)
             #expect(error.code == .busy && error.isUnavailable, "\(error)")
             let watch = DatabaseWatch()
             #expect(!watch.note(error), "\(error)")
             #expect(!watch.isAway)
-            _ = try await holder.value
+            try await holder.release()
         }
     }
 
