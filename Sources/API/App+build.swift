@@ -46,7 +46,8 @@ func buildApplication(configuration: Configuration, logger: Logger, registry: Pr
         server: .tollgate(idleTimeoutSeconds: configuration.httpIdleTimeoutSeconds, logger: logger),
         configuration: .init(address: .hostname(configuration.httpHost, port: configuration.httpPort), serverName: "tollgate-api"),
         services: [
-            // Until Redis answers, readiness says 503 and requests that need it answer 503.
+            // Until Redis answers and the queue is prepared, readiness says 503; requests that need Redis answer
+            // 503 until it answers.
             QueuePreparation(queue: services.queue, logger: logger),
             QueueGauges(queue: services.queue, logger: logger),
             QueueClockSync(queue: services.queue, logger: logger),
@@ -81,7 +82,9 @@ func buildRouter(services: APIServices, registry: PrometheusCollectorRegistry) -
     let unmatched = UnmatchedRouteMiddleware<TollgateRequestContext>()
     router.add(middleware: unmatched)
 
-    OperationsRoutes<TollgateRequestContext>(registry: registry, redis: services.redis, database: services.database, schema: schema).register(on: router)
+    OperationsRoutes<TollgateRequestContext>(
+        registry: registry, queue: services.queue, redis: services.redis, database: services.database, schema: schema
+    ).register(on: router)
 
     router.get("/openapi.yaml") { _, _ in
         Response(

@@ -48,7 +48,7 @@ func runWorker(configuration: Configuration, logger: Logger) async throws {
     router.add(middleware: HeadRequestMiddleware())
     let unmatched = UnmatchedRouteMiddleware<BasicRequestContext>()
     router.add(middleware: unmatched)
-    OperationsRoutes<BasicRequestContext>(registry: registry, redis: redis, database: database, schema: schema).register(on: router)
+    OperationsRoutes<BasicRequestContext>(registry: registry, queue: queue, redis: redis, database: database, schema: schema).register(on: router)
     unmatched.learnRoutes(of: router)
     let portFile = configuration.portFile
     let operations = Application(

@@ -17,14 +17,19 @@ public struct OperationsRoutes<Context: RequestContext>: Sendable {
         self.readiness = readiness
     }
 
-    /// Creates the routes with the readiness of Tollgate's two dependencies: both reachable, and the
-    /// database's schema current for this build.
-    public init(registry: PrometheusCollectorRegistry, redis: RedisClient, database: PostgresClient, schema: SchemaCheck) {
+    /// Creates the routes with the readiness of Tollgate's two dependencies: both reachable, the queue
+    /// prepared in Redis by this process (until then a start-up step still runs), and the database's schema
+    /// current for this build.
+    public init(registry: PrometheusCollectorRegistry, queue: ReceiptQueue, redis: RedisClient, database: PostgresClient, schema: SchemaCheck) {
         self.init(registry: registry) {
             async let redisUp = redis.ping()
             async let databaseUp = database.ping()
             var down: [String] = []
-            if await !redisUp { down.append("redis") }
+            if await !redisUp {
+                down.append("redis")
+            } else if !queue.isPrepared {
+                down.append("redis (the queue is being prepared)")
+            }
             if await !databaseUp {
                 down.append("postgresql")
             } else if let problem = await schema.readinessProblem() {

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// The queue protocol over Redis: enqueue, deliver, start, finish, retry, dead-letter, requeue.
 ///
@@ -13,6 +14,12 @@ public struct ReceiptQueue: Sendable {
     private let submissions: RedisBatcher
     /// Every time the queue stores or compares is read here: Redis' clock (``QueueClock``).
     public let clock: QueueClock
+    /// Set once ``prepare()`` has succeeded; shared by every copy of this value.
+    private let preparation = PreparationState()
+
+    /// Whether this process has prepared the queue (``prepare()``): until then it is not ready, and Redis
+    /// refusing its credentials still counts as a bad value at start (exit 2), not as an outage.
+    public var isPrepared: Bool { self.preparation.done.load(ordering: .acquiring) }
 
     /// Creates the queue over a client, for one prefix.
     public init(redis: RedisClient, prefix: String, clock: QueueClock = QueueClock()) {
@@ -46,6 +53,7 @@ public struct ReceiptQueue: Sendable {
         // `NOPERM` stops the process at start instead of failing every submission half-way. An empty
         // message invalidates nothing a subscriber holds.
         try await self.redis.send("PUBLISH", self.keys.accessChannel, "")
+        self.preparation.done.store(true, ordering: .releasing)
     }
 
     /// Reads Redis' clock into ``clock`` (``QueueClock/synchronize(with:)``): how far this host's wall
@@ -507,4 +515,9 @@ public struct ReceiptQueue: Sendable {
         }
         return map
     }
+}
+
+/// Whether a ``ReceiptQueue``, and every copy of it, has been prepared.
+private final class PreparationState: Sendable {
+    let done = Atomic<Bool>(false)
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import Prometheus
 import Shared
 import Testing
 import TestSupport
@@ -20,6 +21,30 @@ struct OperationsRouteTests {
             #expect(ready.headers[.contentType]?.hasPrefix("application/json") == true)
             #expect(try ready.json()["status"] as? String == "ready")
             #expect(ready.headers[.retryAfter] == nil)
+        }
+    }
+
+    @Test("/health/ready answers 503 until the process has prepared the queue, though Redis and PostgreSQL answer: a refusal of Redis' credentials until then is still a bad value at start")
+    func notReadyUntilPrepared() async throws {
+        let redis = try TestEnvironment.redis(connections: 1)
+        let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1)
+        try await TestEnvironment.using(redis, database) {
+            let queue = ReceiptQueue(redis: redis, prefix: TestEnvironment.uniquePrefix())
+            let router = Router(context: TollgateRequestContext.self)
+            OperationsRoutes<TollgateRequestContext>(
+                registry: PrometheusCollectorRegistry(), queue: queue, redis: redis, database: database, schema: SchemaCheck(database: database)
+            ).register(on: router)
+            try await Application(router: router).test(.router) { client in
+                let waiting = try await client.execute(uri: "/health/ready", method: .get)
+                #expect(waiting.status == .serviceUnavailable)
+                #expect(String(buffer: waiting.body).contains("not ready: redis (the queue is being prepared)"), "\(String(buffer: waiting.body))")
+                // Prepared through a copy of the value, as the API's preparation service holds one.
+                let copy = queue
+                try await copy.prepare()
+                #expect(queue.isPrepared)
+                let ready = try await client.execute(uri: "/health/ready", method: .get)
+                #expect(ready.status == .ok, "\(String(buffer: ready.body))")
+            }
         }
     }
 
