@@ -27,7 +27,8 @@ struct AccessCacheSystemTests {
 
     @Test("a second process shows pending, the grant and a refund found in a later receipt, while serving repeat polls from memory")
     func changesReachEveryProcess() async throws {
-        let system = try await TollgateSystem()
+        // An hour of cache: only the broadcast can bring a change within the polls' 30 s, not an entry expiring.
+        let system = try await TollgateSystem(extraEnvironment: ["TOLLGATE_ACCESS_CACHE_TTL_S": "3600"])
         do {
             let publisher = try await system.createPublisher(products: [Self.premium, Self.extra])
             let secondBase = try await system.startAPI()

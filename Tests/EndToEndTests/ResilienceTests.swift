@@ -107,12 +107,9 @@ struct ResilienceTests {
             _ = try await Poll.until(timeout: .seconds(60), "jobs in flight") {
                 try await system.count("SELECT count(*) FROM wallet_entries") > 0 ? true : nil
             }
-            let signalled = ContinuousClock.now
             worker.signal(SIGTERM)
-            let status = try await worker.waitForExit(timeout: .seconds(30))
-            let took = ContinuousClock.now - signalled
-            #expect(status == 0)
-            #expect(took < .seconds(20), "shutdown took \(took), grace is 10 s (the rest is slack for a loaded machine)")
+            // Within the grace by the worker's own clock: past it and 5 s more, it would exit 1 (ShutdownDeadline).
+            #expect(try await worker.waitForExit(timeout: .seconds(30)) == 0, "\(worker.logTail())")
             #expect(worker.log().contains("finishing jobs in flight"))
             #expect(worker.log().contains("left the consumer group"), "every job finished: its name leaves the group")
 

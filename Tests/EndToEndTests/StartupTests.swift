@@ -286,9 +286,10 @@ struct StartupTests {
             executable: "appstore-emulator", arguments: ["--port", "0"], environment: [:], portFileVariable: "APPSTORE_EMULATOR_PORT_FILE"
         )
         do {
-            // 10 s for the request, then the connection is closed; the rest is a loaded machine's room.
+            // 10 s for the request, then the connection is closed; the rest, short of the 30 s the wait for the
+            // exit allows, is a loaded machine's room.
             try await Self.expectStopDespiteStalledRequest(
-                emulator, live: "/health", answeredBy: "\r\n\r\nok", stalled: "/verifyReceipt", within: .seconds(16)
+                emulator, live: "/health", answeredBy: "\r\n\r\nok", stalled: "/verifyReceipt", within: .seconds(25)
             )
         } catch {
             await emulator.stop()
@@ -302,8 +303,10 @@ struct StartupTests {
     )
     func stalledRequestDoesNotHoldTheStop() async throws {
         try await Self.withAPI(["TOLLGATE_SHUTDOWN_GRACE_S": "1"]) { process in
-            // 1 s of grace for the request; the rest is a loaded machine's room (25 s is the default grace).
-            try await Self.expectStopDespiteStalledRequest(process, live: "/health/live", answeredBy: "\"ok\"}", stalled: "/api/3.0/json", within: .seconds(8))
+            // 1 s of grace for the request. Held past it, the API would exit 1 at its own deadline (grace + 5 s; the
+            // body's deadline is the default 75 s): its exit 0 is the bound, measured by the API itself, not by a
+            // clock in this process that a loaded machine may hold back.
+            try await Self.expectStopDespiteStalledRequest(process, live: "/health/live", answeredBy: "\"ok\"}", stalled: "/api/3.0/json", within: nil)
         }
     }
 
@@ -349,13 +352,11 @@ struct StartupTests {
     )
     func stuckStopExits1() async throws {
         try await Self.withListingHoldingTheConnection { process, _, _, _ in
-            let signalled = ContinuousClock.now
             process.signal(SIGTERM)
-            // The lock is held until the process has gone: A's query (statement timeout 15 s) outlasts 1 + 5 s.
+            // The lock is held until the process has gone: A's query (statement timeout 15 s) outlasts 1 + 5 s. The
+            // deadline's line says the deadline, not the statement timeout, ended it.
             let status = try await process.waitForExit(timeout: .seconds(30))
-            let took = ContinuousClock.now - signalled
             #expect(status == 1, "\(process.logTail())")
-            #expect(took < .seconds(14), "the deadline, not the statement timeout, ended it: \(took)")
             #expect(process.logTail(lines: 1000).contains("the API did not stop within 6 s of the signal"), "\(process.logTail())")
         }
     }
@@ -421,9 +422,10 @@ struct StartupTests {
 
     /// One write: a whole request (`GET live`, whose answer ends with `marker`), then the head of a POST to `stalled`
     /// and 1 byte of its 100. Once the first one's answer is back, the server has read the second one's head too,
-    /// and waits for its body. A SIGTERM then must end the process with exit 0 within `limit`, closing the connection.
+    /// and waits for its body. A SIGTERM then must end the process with exit 0 (within `limit`, when given), closing
+    /// the connection.
     static func expectStopDespiteStalledRequest(
-        _ process: ManagedProcess, live: String, answeredBy marker: String, stalled: String, within limit: Duration
+        _ process: ManagedProcess, live: String, answeredBy marker: String, stalled: String, within limit: Duration?
     ) async throws {
         let client = try #require(LoopbackSocket(port: try await process.port()))
         let head = "POST \(stalled) HTTP/1.1\r\nHost: tollgate\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
@@ -434,7 +436,7 @@ struct StartupTests {
         process.signal(SIGTERM)
         #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
         let took = ContinuousClock.now - signalled
-        #expect(took < limit, "stopped \(took) after SIGTERM")
+        if let limit { #expect(took < limit, "stopped \(took) after SIGTERM") }
         #expect(try await client.closedByPeer(within: 5))
     }
 
@@ -473,13 +475,14 @@ struct StartupTests {
             let started = ContinuousClock.now
             #expect(trickle.write(post))
             var closed = false
-            while !closed, ContinuousClock.now - started < .seconds(10) {
+            while !closed, ContinuousClock.now - started < .seconds(30) {
                 closed = try await trickle.closedByPeer(within: .milliseconds(250))
                 if !closed { _ = trickle.write(" ") }
             }
             let took = ContinuousClock.now - started
             #expect(closed, "a trickled body held its connection for \(took)")
-            #expect(took >= .milliseconds(900) && took < .seconds(6), "closed \(took) after the head")
+            // Closed at all: a byte every 250 ms keeps the idle timeout from ever closing it, so only the body's deadline can.
+            #expect(took >= .milliseconds(900), "closed \(took) after the head")
 
             process.signal(SIGTERM)
             #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
@@ -512,14 +515,31 @@ struct StartupTests {
         let http = HTTPClient(eventLoopGroupProvider: .singleton)
         do {
             let port = try await process.port()
+            // The last answer (or why there was none), for a failure's message.
+            var last = ""
             func ready() async -> UInt? {
-                try? await http.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/health/ready"), timeout: .seconds(10)).status.code
+                do {
+                    let response = try await http.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/health/ready"), timeout: .seconds(10))
+                    last = "\(response.status.code) \(String(buffer: try await response.body.collect(upTo: 1 << 16)))"
+                    return response.status.code
+                } catch {
+                    last = "\(error)"
+                    return nil
+                }
             }
-            _ = try await Poll.until(timeout: .seconds(30), "\(executable) ready") { await ready() == 200 ? true : nil }
+            func poll(_ what: String, until status: UInt, timeout: Duration = .seconds(30)) async throws {
+                do {
+                    _ = try await Poll.until(timeout: timeout, "\(executable) \(what)") { await ready() == status ? true : nil }
+                } catch {
+                    Issue.record("\(executable) not \(what): it last answered \(last); its log ends: \(process.logTail())")
+                    throw error
+                }
+            }
+            try await poll("ready", until: 200)
             // Rotated in Redis first, and its connections cut: every new one is refused.
             try await admin.send("ACL", "SETUSER", user, "resetpass", ">another-\(password)")
             _ = try await admin.send("CLIENT", "KILL", "USER", user)
-            _ = try await Poll.until(timeout: .seconds(30), "\(executable) unready") { await ready() == 503 ? true : nil }
+            try await poll("unready", until: 503)
             if executable == "tollgate-worker" {
                 _ = try await Poll.until(timeout: .seconds(30), "the refusal logged") {
                     process.log().contains("check TOLLGATE_REDIS_URL") ? true : nil
@@ -528,7 +548,7 @@ struct StartupTests {
             #expect(process.isRunning, "a refusal while running must not stop it (exit 2 is never restarted): \(process.logTail())")
             // Put right: ready again, without a restart.
             try await admin.send("ACL", "SETUSER", user, "resetpass", ">\(password)")
-            _ = try await Poll.until(timeout: .seconds(60), "\(executable) ready again") { await ready() == 200 ? true : nil }
+            try await poll("ready again", until: 200, timeout: .seconds(60))
             process.signal(SIGTERM)
             #expect(try await process.waitForExit(timeout: .seconds(30)) == 0, "\(process.logTail())")
             #expect(!process.log().contains(password), "the password is never logged")

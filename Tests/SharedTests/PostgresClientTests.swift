@@ -432,12 +432,12 @@ struct PostgresClientTests {
     /// that database's connection limit (-1: none), then shuts the clients down. A superuser is exempt from such a
     /// limit: the test refuses to run as one.
     static func withLimitedDatabase(
-        pools: [Int], _ body: (_ limitConnections: (Int) async throws -> Void, _ clients: [PostgresClient]) async throws -> Void
+        pools: [Int], acquireTimeout: Duration = .seconds(10), _ body: (_ limitConnections: (Int) async throws -> Void, _ clients: [PostgresClient]) async throws -> Void
     ) async throws {
         let url = try await TestEnvironment.freshDatabase()
         let name = try #require(URLComponents(string: url)?.path.dropFirst())
         let admin = PostgresClient(url: try TestEnvironment.databaseURL(), connections: 1)
-        let clients = pools.map { PostgresClient(url: url, connections: $0) }
+        let clients = pools.map { PostgresClient(url: url, connections: $0, acquireTimeout: acquireTimeout) }
         let result: Result<Void, any Error>
         do {
             let superuser = try #require(try await admin.query("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").first).decode(Bool.self, "rolsuper")
@@ -457,7 +457,8 @@ struct PostgresClientTests {
         .timeLimit(.minutes(1))
     )
     func connectionLimitReached() async throws {
-        try await Self.withLimitedDatabase(pools: [6, 2]) { limitConnections, clients in
+        // An acquire timeout far past the bound below: a caller that waited for it cannot pass for one refused at once.
+        try await Self.withLimitedDatabase(pools: [6, 2], acquireTimeout: .seconds(40)) { limitConnections, clients in
             let (client, refused) = (clients[0], clients[1])
             try await limitConnections(2)
             let pids = try await withThrowingTaskGroup(of: Int.self) { group in
@@ -504,7 +505,7 @@ struct PostgresClientTests {
             }
             #expect(errors.count == 6)
             #expect(errors.allSatisfy { $0?.isUnavailable == true && $0?.message.contains("too many connections") == true }, "\(errors)")
-            #expect(ContinuousClock.now - started < .seconds(8), "they waited for the acquire timeout (10 s)")
+            #expect(ContinuousClock.now - started < .seconds(20), "they waited for the acquire timeout (40 s)")
         }
     }
 
@@ -1056,18 +1057,25 @@ struct PostgresClientTests {
 
     @Test("a statement a kept session started inside its lease ends before the connection serves the next lease")
     func leaseEndsAfterItsLastCall() async throws {
-        try await TestDatabase.withFresh(connections: 1) { client, _ in
-            let stray = try await client.withConnection { session in
-                // Two seconds: long enough for a loaded machine to see it running.
-                let stray = Task { try await session.query("SELECT pg_sleep(2) AS slept") }
-                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the stray statement to start") {
-                    session.slot.use.withLock { $0.busy } ? true : nil
+        try await TestDatabase.withFresh(connections: 1) { client, url in
+            // The stray statement waits for a lock another connection holds until the test has seen it run: a
+            // statement that merely sleeps could end before a loaded machine sees it.
+            let locker = PostgresClient(url: url, connections: 1)
+            try await TestEnvironment.using(locker) {
+                try await locker.query("SELECT pg_advisory_lock(454545)")
+                let stray = try await client.withConnection { session in
+                    let stray = Task { try await session.query("SELECT pg_advisory_lock(454545) AS locked") }
+                    _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "the stray statement to start") {
+                        session.slot.use.withLock { $0.busy } ? true : nil
+                    }
+                    // Let go while the lease ends: its end waits for the stray statement.
+                    Task { try await locker.query("SELECT pg_advisory_unlock(454545)") }
+                    return stray
                 }
-                return stray
+                // The one connection: the next lease waits for the stray statement, instead of meeting it.
+                #expect(try await client.query("SELECT 3 AS n").first?.decode(Int.self, "n") == 3)
+                _ = try await stray.value
             }
-            // The one connection: the next lease waits for the stray statement, instead of meeting it.
-            #expect(try await client.query("SELECT 3 AS n").first?.decode(Int.self, "n") == 3)
-            _ = try await stray.value
         }
     }
 }

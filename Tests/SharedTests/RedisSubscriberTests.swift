@@ -118,7 +118,11 @@ struct RedisSubscriberTests {
         let server = try await DedicatedRedis()
         let admin = RedisClient(configuration: try RedisConfiguration(url: server.url), connections: 1)
         let heard = Heard()
-        let subscriber = RedisSubscriber(configuration: try RedisConfiguration(url: server.url), channel: "changes") { heard.append($0) }
+        // Dropped only after 40 s unanswered (5 s in service), so however late this test resumes the server,
+        // the connection is still the one it had.
+        let subscriber = RedisSubscriber(
+            configuration: try RedisConfiguration(url: server.url), resolve: RedisConnection.addresses, unansweredMilliseconds: 40_000, channel: "changes"
+        ) { heard.append($0) }
         try await TestEnvironment.using(admin, server) {
             subscriber.start()
             _ = try await Poll.until(timeout: .seconds(10), "subscribed") { heard.all == [.subscribed] ? true : nil }

@@ -37,17 +37,22 @@ public final class RedisSubscriber: Sendable {
     /// subscription counts as lost.
     private let silenceMilliseconds: UInt64 = 1_000
     /// How long a ping may go unanswered before the connection is dropped for a new one.
-    private let unansweredMilliseconds: UInt64 = 5_000
+    private let unansweredMilliseconds: UInt64
 
     /// Creates a subscriber; nothing happens until ``start()``.
     public convenience init(configuration: RedisConfiguration, channel: String, handler: @escaping @Sendable (Event) -> Void) {
         self.init(configuration: configuration, resolve: RedisConnection.addresses, channel: channel, handler: handler)
     }
 
-    /// A subscriber whose host name resolves through `resolve` (tests give it addresses of their own).
-    init(configuration: RedisConfiguration, resolve: @escaping RedisConnection.Resolver, channel: String, handler: @escaping @Sendable (Event) -> Void) {
+    /// A subscriber whose host name resolves through `resolve` (tests give it addresses of their own), and that
+    /// drops a connection whose ping went unanswered for `unansweredMilliseconds`.
+    init(
+        configuration: RedisConfiguration, resolve: @escaping RedisConnection.Resolver, unansweredMilliseconds: UInt64 = 5_000, channel: String,
+        handler: @escaping @Sendable (Event) -> Void
+    ) {
         self.configuration = configuration
         self.resolve = resolve
+        self.unansweredMilliseconds = unansweredMilliseconds
         self.channel = channel
         self.handler = handler
         var descriptors: [Int32] = [-1, -1]
