@@ -219,17 +219,22 @@ struct ControlRouteTests {
             }
     }
 
+    /// Waits until `state` has counted a call: it is in, and delayed (20 s at most).
+    private static func untilCalled(_ state: EmulatorState) async throws {
+        let deadline = ContinuousClock.now + .seconds(20)
+        while await state.currentStats().production == 0 {
+            try #require(ContinuousClock.now < deadline, "the call never arrived")
+            try await Task.sleep(for: .milliseconds(5))
+        }
+    }
+
     @Test("global latency lowered at runtime applies to the calls it finds waiting: set to 0, they answer at once", .timeLimit(.minutes(1)))
     func latencyLowered() async throws {
         let state = EmulatorState(settings: FaultSettings(latencyMs: 3_600_000, failRate: 0, failMode: .http503, timeoutHoldMs: 0))
         let receipt = Fixtures.receiptData(Fixtures.simpleScenario())
         try await buildApplication(EmulatorConfiguration(), state: state).test(.router) { client in
             async let answer = client.verify(receipt)
-            let deadline = ContinuousClock.now + .seconds(20)
-            while await state.currentStats().production == 0 {
-                try #require(ContinuousClock.now < deadline, "the call never arrived")
-                try await Task.sleep(for: .milliseconds(5))
-            }
+            try await Self.untilCalled(state)
             let lowered = try await client.execute(uri: "/emulator/config", method: .post, body: ByteBuffer(string: #"{"latencyMs":0}"#))
             #expect(lowered.status == .ok)
             let body = try Fixtures.object(try await answer.body)
@@ -245,11 +250,7 @@ struct ControlRouteTests {
         try await buildApplication(EmulatorConfiguration(), state: state).test(.router) { client in
             async let answer = client.verify(receipt)
             // The call is in: counted, then delayed (a scenario's latency comes once its receipt is read).
-            let deadline = ContinuousClock.now + .seconds(20)
-            while await state.currentStats().production == 0 {
-                try #require(ContinuousClock.now < deadline, "the call never arrived")
-                try await Task.sleep(for: .milliseconds(5))
-            }
+            try await Self.untilCalled(state)
             state.releaseHolds()
             let released = ContinuousClock.now
             let body = try Fixtures.object(try await answer.body)
