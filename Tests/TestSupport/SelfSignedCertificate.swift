@@ -8,8 +8,13 @@ public struct SelfSignedCertificate: Sendable {
     public var certificatePath: String { "\(self.directory)/cert.pem" }
     public var keyPath: String { "\(self.directory)/key.pem" }
 
-    /// Makes one in a new folder named after `purpose`.
-    public init(purpose: String) throws {
+    /// Makes one in a new folder named after `purpose`; `openssl` runs on a thread of its own, not on Swift's
+    /// cooperative pool (making an RSA key can take most of a second on a loaded machine).
+    public init(purpose: String) async throws {
+        self = try await offThePool { try SelfSignedCertificate(blockingPurpose: purpose) }
+    }
+
+    private init(blockingPurpose purpose: String) throws {
         self.directory = try TestEnvironment.stateDirectory() + "/\(purpose)-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: self.directory, withIntermediateDirectories: true)
         let generate = Process()

@@ -11,7 +11,7 @@ public final class TLSRecordProxy: AsyncShutdown {
 
     /// Starts a proxy in front of the PostgreSQL on 127.0.0.1:`upstreamPort`.
     public init(upstreamPort: Int) async throws {
-        let certificate = try SelfSignedCertificate(purpose: "tls-proxy")
+        let certificate = try await SelfSignedCertificate(purpose: "tls-proxy")
         let directory = certificate.directory
         try Self.script.write(toFile: "\(directory)/proxy.py", atomically: true, encoding: .utf8)
         self.process = try ManagedProcess(

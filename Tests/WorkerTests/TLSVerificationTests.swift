@@ -10,7 +10,7 @@ import TestSupport
 struct TLSVerificationTests {
     @Test("a self-signed certificate is refused: the call is a transport failure, retried, never an answer")
     func selfSignedRefused() async throws {
-        let certificate = try SelfSignedCertificate(purpose: "tls")
+        let certificate = try await SelfSignedCertificate(purpose: "tls")
         let port = try DedicatedRedis.freePort()
         let server = try ManagedProcess(
             executable: "/usr/bin/openssl",
