@@ -18,12 +18,11 @@ struct OutageTests {
         return try await system.submit(publisher, email: "u\(index)@example.com", offerId: "S200_US", transactionId: transaction, receipt: receipt)
     }
 
-    /// Submits a receipt whose verification takes Apple `latencyMs`, and returns its job id once a worker
-    /// has started it: the job is processing, waiting for Apple, when the caller's outage begins.
-    static func processingJob(
-        _ system: TollgateSystem, _ publisher: TollgateSystem.Publisher, _ index: Int, latencyMs: Int
-    ) async throws -> String {
-        let reply = try await Self.submit(system, publisher, index, latencyMs: latencyMs)
+    /// Submits a receipt and returns its job id once a worker has started it: with Apple held
+    /// (``TollgateSystem/setAppleLatency(milliseconds:)``), the job is processing, waiting for Apple, when the
+    /// caller's outage begins, and stays so until Apple is let go.
+    static func processingJob(_ system: TollgateSystem, _ publisher: TollgateSystem.Publisher, _ index: Int) async throws -> String {
+        let reply = try await Self.submit(system, publisher, index)
         let job = try #require(reply.json["jobId"] as? String)
         _ = try await Poll.until(timeout: .seconds(20), "the job processing") {
             try await system.job(publisher, job)["status"] as? String == "processing" ? true : nil
@@ -136,7 +135,7 @@ struct OutageTests {
             let accepted = try await Self.submit(system, publisher, 1001)
             #expect(accepted.status == 200)
             let hitsBefore = try await AccessCacheSystemTests.cacheCount(system, "hit", base: system.apiBase)
-            _ = try await Poll.until(timeout: .seconds(10), "the access status served from memory again") {
+            _ = try await Poll.until(timeout: .seconds(30), "the access status served from memory again") {
                 #expect(try await system.request(.GET, poll, headers: publisher.headers).status == 200)
                 return try await AccessCacheSystemTests.cacheCount(system, "hit", base: system.apiBase) > hitsBefore ? true : nil
             }
@@ -151,9 +150,11 @@ struct OutageTests {
         // The default claim idle time: a peer's claim alone would leave the job `processing` for a minute or more.
         try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "60000"], worker: "e2e-redis-at-record") { redis, system, _ in
             let publisher = try await system.createPublisher(products: [Self.coins])
-            // Apple takes 4 s: Redis goes away while the worker waits for it, and is away when the grant commits.
-            let job = try await Self.processingJob(system, publisher, 1, latencyMs: 4000)
+            // Apple holds the call until Redis has gone away, then answers: the grant commits while Redis is away.
+            try await system.setAppleLatency(milliseconds: 3_600_000)
+            let job = try await Self.processingJob(system, publisher, 1)
             await redis.stop()
+            try await system.setAppleLatency(milliseconds: 0)
             _ = try await Poll.until(timeout: .seconds(30), "the grant committed while Redis is down") {
                 try await system.count("SELECT count(*) FROM wallet_entries") == 1 ? true : nil
             }
@@ -202,12 +203,14 @@ struct OutageTests {
         // own test starts a job at maxmemory whatever the timing).
         try await Self.onOwnRedis(["TOLLGATE_WORKER_CONCURRENCY": "1"], worker: "e2e-redis-full") { _, system, admin in
             let publisher = try await system.createPublisher(products: [Self.coins])
-            // Apple takes 3 s over the first: it is processing when Redis fills up, and the second waits.
-            let first = try await Self.processingJob(system, publisher, 1, latencyMs: 3000)
+            // Apple holds the first until Redis has filled up: it is processing then, and the second waits.
+            try await system.setAppleLatency(milliseconds: 3_600_000)
+            let first = try await Self.processingJob(system, publisher, 1)
             let second = try await Self.submit(system, publisher, 2)
             let jobs = [first, try #require(second.json["jobId"] as? String)]
             _ = try await admin.send("CONFIG", "SET", "maxmemory", "1")
             #expect(try await Self.submit(system, publisher, 3).status == 503)
+            try await system.setAppleLatency(milliseconds: 0)
             // Each finish forgets its receipt, and the next job starts: Redis at maxmemory must let both happen.
             try await ReceiptToAccessTests.waitUntilAllGranted(system, publisher, jobs: jobs, timeout: .seconds(30))
             #expect(try await system.count("SELECT count(*) FROM wallet_entries") == 2)

@@ -426,7 +426,7 @@ struct FulfilmentTests {
             // The worker's app cache holds the old secret up to 5 s (README): an operator's requeue within them fails
             // again, one after them is granted. Requeued whenever it is failed, until it is granted.
             let changed = ContinuousClock.now
-            _ = try await Poll.until(timeout: .seconds(20), interval: .milliseconds(250), "the requeued job granted with the new secret") {
+            _ = try await Poll.until(timeout: .seconds(40), interval: .milliseconds(250), "the requeued job granted with the new secret") {
                 let record = try #require(try await harness.queue.record(jobId: job))
                 if record.status == .granted { return true }
                 if record.status == .failed {
@@ -440,7 +440,8 @@ struct FulfilmentTests {
                 try await harness.work()
                 return nil
             }
-            #expect(ContinuousClock.now - changed < .seconds(12), "the worker used the new secret within its cache's 5 s")
+            // The rest past 5 s is a loaded machine's room: what this catches is a cache kept far longer.
+            #expect(ContinuousClock.now - changed < .seconds(25), "the worker used the new secret within its cache's 5 s")
         }
     }
 
