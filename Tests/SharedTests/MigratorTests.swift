@@ -211,21 +211,35 @@ struct MigratorTests {
             let holder = PostgresClient(url: url, connections: 1)
             let watcher = PostgresClient(url: url, connections: 1)
             try await TestEnvironment.using(holder, watcher) {
-                // The migration takes the tables in one order; a live transaction takes them in the other.
-                let change = Migrations.Migration(
-                    version: 9_997, name: "lock both",
-                    sql: "LOCK TABLE second_table IN ACCESS EXCLUSIVE MODE; LOCK TABLE first_table IN ACCESS EXCLUSIVE MODE"
-                )
-                // A lock timeout above PostgreSQL's deadlock_timeout (1 s): the deadlock is found first.
-                try await Self.migrating(
-                    change, lockTimeoutMilliseconds: 2500, behind: ["LOCK TABLE first_table IN ROW EXCLUSIVE MODE"],
-                    client: client, holder: holder, observer: watcher
-                ) { live, migrating in
-                    // The cycle: the migration, waiting longer, finds it and is the victim; this one then gets its lock.
-                    try await live.query("LOCK TABLE second_table IN ROW EXCLUSIVE MODE")
-                    try await live.query("COMMIT")
-                    #expect(try await migrating.value == [9_997])
+                // PostgreSQL looks for a deadlock once per wait, deadlock_timeout (1 s) after it began: the migration
+                // finds the cycle only if the live transaction joins it within that second. A machine that holds
+                // this test back longer makes the live one the victim instead; then the scenario runs again, with
+                // another version, a few times at most.
+                for attempt in 0..<5 {
+                    // The migration takes the tables in one order; a live transaction takes them in the other.
+                    let change = Migrations.Migration(
+                        version: 9_997 - attempt, name: "lock both",
+                        sql: "LOCK TABLE second_table IN ACCESS EXCLUSIVE MODE; LOCK TABLE first_table IN ACCESS EXCLUSIVE MODE"
+                    )
+                    var liveWasTheVictim = false
+                    // A lock timeout above PostgreSQL's deadlock_timeout (1 s): the deadlock is found first.
+                    try await Self.migrating(
+                        change, lockTimeoutMilliseconds: 2500, behind: ["LOCK TABLE first_table IN ROW EXCLUSIVE MODE"],
+                        client: client, holder: holder, observer: watcher
+                    ) { live, migrating in
+                        // The cycle: the migration, waiting longer, finds it and is the victim; this one then gets its lock.
+                        do {
+                            try await live.query("LOCK TABLE second_table IN ROW EXCLUSIVE MODE")
+                            try await live.query("COMMIT")
+                        } catch let error as PostgresError where error.sqlState == "40P01" {
+                            liveWasTheVictim = true
+                            try await live.query("ROLLBACK")
+                        }
+                        #expect(try await migrating.value == [change.version])
+                    }
+                    if !liveWasTheVictim { return }
                 }
+                Issue.record("the live transaction was the deadlock's victim five times: the migration's retry was never reached")
             }
         }
     }
