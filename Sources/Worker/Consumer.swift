@@ -147,7 +147,7 @@ struct Consumer: Service {
                         }
                     }
                 }
-                self.logger.info("stopped reading; finishing jobs in flight")
+                self.logger.info("stopped reading; every job in flight has ended")
             }
             keeper.cancel()
             // Every job finished: this name leaves the group, which would otherwise list every worker that ever
@@ -161,6 +161,8 @@ struct Consumer: Service {
             }
         } onGracefulShutdown: {
             stopping.store(true, ordering: .relaxed)
+            // Said when the signal is taken: the line above comes only once the last job has ended.
+            self.logger.info("stopping: reading no more jobs; finishing those in flight", metadata: ["in_flight": "\(held.count)"])
         }
     }
 
@@ -211,6 +213,9 @@ final class HeldEntries: Sendable {
     func remove(_ entryId: String) {
         _ = self.entries.withLock { $0.removeValue(forKey: entryId) }
     }
+
+    /// How many are held.
+    var count: Int { self.entries.withLock { $0.count } }
 
     /// The entries taken more than `duration` ago, oldest first.
     func ids(heldLongerThan duration: Duration) -> [String] {
