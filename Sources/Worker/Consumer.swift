@@ -147,8 +147,10 @@ struct Consumer: Service {
                         }
                     }
                 }
-                self.logger.info("stopped reading; every job in flight has ended")
+                // Read no more (the stop was taken, and a slot came free or the grace ran out); jobs may still run.
+                self.logger.info("stopped reading; finishing jobs in flight")
             }
+            if !Task.isCancelled { self.logger.info("every job in flight has ended") }
             keeper.cancel()
             // Every job finished: this name leaves the group, which would otherwise list every worker that ever
             // ran. One that still holds entries stays, so a restart under the same name resumes them.
@@ -161,7 +163,7 @@ struct Consumer: Service {
             }
         } onGracefulShutdown: {
             stopping.store(true, ordering: .relaxed)
-            // Said when the signal is taken: the line above comes only once the last job has ended.
+            // Said when the signal is taken: the read loop notices it only once a slot comes free.
             self.logger.info("stopping: reading no more jobs; finishing those in flight", metadata: ["in_flight": "\(held.count)"])
         }
     }
