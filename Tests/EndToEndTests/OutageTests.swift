@@ -148,7 +148,7 @@ struct OutageTests {
     @Test("Redis down between a grant's commit and its record: once Redis is back the job reads granted within seconds, not after the claim idle time")
     func redisDownAtRecord() async throws {
         // The default claim idle time: a peer's claim alone would leave the job `processing` for a minute or more.
-        try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "60000"], worker: "e2e-redis-at-record") { redis, system, _ in
+        try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "60000", "TOLLGATE_APPLE_TIMEOUT_MS": "120000"], worker: "e2e-redis-at-record") { redis, system, _ in
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Apple holds the call until Redis has gone away, then answers: the grant commits while Redis is away.
             try await system.setAppleLatency(milliseconds: 3_600_000)
@@ -201,7 +201,7 @@ struct OutageTests {
     func redisFullDrains() async throws {
         // One job at a time: the second waits in the stream, unread, while the first is verified (the queue's
         // own test starts a job at maxmemory whatever the timing).
-        try await Self.onOwnRedis(["TOLLGATE_WORKER_CONCURRENCY": "1"], worker: "e2e-redis-full") { _, system, admin in
+        try await Self.onOwnRedis(["TOLLGATE_WORKER_CONCURRENCY": "1", "TOLLGATE_APPLE_TIMEOUT_MS": "120000"], worker: "e2e-redis-full") { _, system, admin in
             let publisher = try await system.createPublisher(products: [Self.coins])
             // Apple holds the first until Redis has filled up: it is processing then, and the second waits.
             try await system.setAppleLatency(milliseconds: 3_600_000)

@@ -125,14 +125,14 @@ struct MigratorTests {
     /// `observer`) hands `body` the open transaction and the migration's task.
     static func migrating(
         _ change: Migrations.Migration, lockTimeoutMilliseconds: Int, behind held: [String],
-        client: PostgresClient, holder: PostgresClient, observer: PostgresClient,
+        client: PostgresClient, holder: PostgresClient, observer: PostgresClient, logger: Logger = Self.logger,
         _ body: (_ live: PostgresSession, _ migrating: Task<[Int], any Error>) async throws -> Void
     ) async throws {
         try await holder.withConnection { live in
             try await live.query("BEGIN")
             for statement in held { try await live.query(statement) }
             let migrating = Task {
-                try await Migrator(database: client, logger: Self.logger, lockTimeoutMilliseconds: lockTimeoutMilliseconds).migrate(Migrations.all + [change])
+                try await Migrator(database: client, logger: logger, lockTimeoutMilliseconds: lockTimeoutMilliseconds).migrate(Migrations.all + [change])
             }
             _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(5), "migration \(change.version) waiting for a lock") { () async throws -> Bool? in
                 let waiting = try await observer.query(
@@ -213,8 +213,12 @@ struct MigratorTests {
             try await TestEnvironment.using(holder, watcher) {
                 // PostgreSQL looks for a deadlock once per wait, deadlock_timeout (1 s) after it began: the migration
                 // finds the cycle only if the live transaction joins it within that second. A machine that holds
-                // this test back longer makes the live one the victim instead; then the scenario runs again, with
-                // another version, a few times at most.
+                // this test back longer makes the live one the victim instead, or (past the migration's 2.5 s lock
+                // timeout) no deadlock happens at all; then the scenario runs again, with another version, a few
+                // times at most. The migrator's own line says which happened.
+                let lines = CapturedLines()
+                var logger = Logger(label: "test.migrator") { _ in lines }
+                logger.logLevel = .info
                 for attempt in 0..<5 {
                     // The migration takes the tables in one order; a live transaction takes them in the other.
                     let change = Migrations.Migration(
@@ -225,7 +229,7 @@ struct MigratorTests {
                     // A lock timeout above PostgreSQL's deadlock_timeout (1 s): the deadlock is found first.
                     try await Self.migrating(
                         change, lockTimeoutMilliseconds: 2500, behind: ["LOCK TABLE first_table IN ROW EXCLUSIVE MODE"],
-                        client: client, holder: holder, observer: watcher
+                        client: client, holder: holder, observer: watcher, logger: logger
                     ) { live, migrating in
                         // The cycle: the migration, waiting longer, finds it and is the victim; this one then gets its lock.
                         do {
@@ -237,9 +241,9 @@ struct MigratorTests {
                         }
                         #expect(try await migrating.value == [change.version])
                     }
-                    if !liveWasTheVictim { return }
+                    if !liveWasTheVictim, lines.count("migration deadlocked with another session and gave its locks back; trying again") > 0 { return }
                 }
-                Issue.record("the live transaction was the deadlock's victim five times: the migration's retry was never reached")
+                Issue.record("in five rounds the migration was never the deadlock's victim: its retry was never reached. \(lines.lines)")
             }
         }
     }

@@ -387,21 +387,21 @@ struct RedisClientTests {
     func stalledAfterIdle() async throws {
         let server = try await DedicatedRedis()
         var configuration = try RedisConfiguration(url: server.url)
-        configuration.timeoutMilliseconds = 10_000
+        configuration.timeoutMilliseconds = 20_000
         let client = RedisClient(configuration: configuration, connections: 1)
         try await TestEnvironment.using(client, server) {
             #expect(await client.ping())
             // Just over half the timeout since the last reply. The check used to run every half of the timeout,
-            // counted from the last read, so this command failed at one and a half times the timeout (15 s
-            // here); what is between the timeout and 13.5 s is a loaded machine's room.
-            try await Task.sleep(for: .milliseconds(5500))
+            // counted from the last read, so this command failed about 29 s after it was sent here; the bound
+            // leaves 3.5 s on either side of it, a loaded machine's room.
+            try await Task.sleep(for: .milliseconds(11_000))
             server.pause()
             defer { server.resume() }
             let sent = ContinuousClock.now
             let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
             let waited = ContinuousClock.now - sent
-            #expect(error?.message.contains("no reply within 10000 ms") == true, "\(String(describing: error))")
-            #expect(waited >= .milliseconds(9900) && waited < .milliseconds(13_500), "failed after \(waited)")
+            #expect(error?.message.contains("no reply within 20000 ms") == true, "\(String(describing: error))")
+            #expect(waited >= .milliseconds(19_900) && waited < .milliseconds(25_500), "failed after \(waited)")
         }
     }
 

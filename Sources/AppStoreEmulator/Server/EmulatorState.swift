@@ -94,24 +94,25 @@ actor EmulatorState {
 
     /// Waits out the global latency of a call admitted at `admitted` with `milliseconds` of it, as the setting
     /// stands while it waits: a runtime change applies to the calls already waiting (lowered to 0, Apple is
-    /// back at once for them too). Checked every 100 ms at most; ends early once holds are released.
+    /// back at once for them too). Ends early once holds are released.
     nonisolated func holdLatency(milliseconds: Int, admitted: ContinuousClock.Instant) async throws {
-        var latency = milliseconds
-        while !self.holdsAreReleased {
-            let left = admitted.advanced(by: .milliseconds(latency)) - ContinuousClock.now
-            guard left > .zero else { return }
-            try await Task.sleep(for: min(left, .milliseconds(100)))
-            latency = await self.currentSettings().latencyMs
-        }
+        try await self.hold(from: admitted, milliseconds: milliseconds) { await self.currentSettings().latencyMs }
     }
 
-    /// Waits up to `milliseconds`, or less once holds are released (checked every 100 ms at most).
+    /// Waits up to `milliseconds`, or less once holds are released.
     nonisolated func hold(milliseconds: Int) async throws {
-        let clock = ContinuousClock()
-        let deadline = clock.now.advanced(by: .milliseconds(milliseconds))
-        while clock.now < deadline, !self.holdsAreReleased {
-            let slice = min(deadline - clock.now, .milliseconds(100))
-            try await Task.sleep(for: slice)
+        try await self.hold(from: .now, milliseconds: milliseconds) { nil }
+    }
+
+    /// Waits until `milliseconds` past `start`, the duration read again from `current` (when it gives one) every
+    /// 100 ms at most, or less once holds are released.
+    private nonisolated func hold(from start: ContinuousClock.Instant, milliseconds: Int, current: () async -> Int?) async throws {
+        var duration = milliseconds
+        while !self.holdsAreReleased {
+            let left = start.advanced(by: .milliseconds(duration)) - ContinuousClock.now
+            guard left > .zero else { return }
+            try await Task.sleep(for: min(left, .milliseconds(100)))
+            if let now = await current() { duration = now }
         }
     }
 }

@@ -24,12 +24,14 @@ struct OperationsRouteTests {
         }
     }
 
-    @Test("/health/ready answers 503 until the process has prepared the queue, though Redis and PostgreSQL answer: a refusal of Redis' credentials until then is still a bad value at start")
+    @Test("/health/ready answers 503 until the process has prepared the queue, though Redis and PostgreSQL answer")
     func notReadyUntilPrepared() async throws {
         let redis = try TestEnvironment.redis(connections: 1)
-        let database = PostgresClient(url: try await TestEnvironment.freshDatabase(), connections: 1)
+        let url = try await TestEnvironment.freshDatabase()
+        let database = PostgresClient(url: url, connections: 1)
+        let prefix = TestEnvironment.uniquePrefix()
         try await TestEnvironment.using(redis, database) {
-            let queue = ReceiptQueue(redis: redis, prefix: TestEnvironment.uniquePrefix())
+            let queue = ReceiptQueue(redis: redis, prefix: prefix)
             let router = Router(context: TollgateRequestContext.self)
             OperationsRoutes<TollgateRequestContext>(
                 registry: PrometheusCollectorRegistry(), queue: queue, redis: redis, database: database, schema: SchemaCheck(database: database)
@@ -45,7 +47,11 @@ struct OperationsRouteTests {
                 let ready = try await client.execute(uri: "/health/ready", method: .get)
                 #expect(ready.status == .ok, "\(String(buffer: ready.body))")
             }
+            if let keys = try await redis.send("KEYS", "\(prefix):*").array?.compactMap(\.string), !keys.isEmpty {
+                try await redis.send(["DEL"] + keys)
+            }
         }
+        await APIHarness.drop(url)
     }
 
     @Test("/openapi.yaml serves the repository's openapi.yaml byte for byte, without credentials")

@@ -99,7 +99,7 @@ enum APIHarness {
     }
 
     /// Drops a database `freshDatabase()` made (best effort: the test script discards the cluster anyway).
-    private static func drop(_ url: String) async {
+    static func drop(_ url: String) async {
         guard let adminURL = try? TestEnvironment.databaseURL(), let name = URLComponents(string: url)?.path.dropFirst(),
             name.hasPrefix("tg_"), name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" })
         else { return }
