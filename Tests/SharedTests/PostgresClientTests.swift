@@ -202,7 +202,11 @@ struct PostgresClientTests {
     )
     func lostAnswer(call: LostCall) async throws {
         let name = "tollgate-test-lost-\(call.rawValue)"
-        let (client, killer) = try await Self.clients(named: name, connections: 1)
+        // A statement timeout far past the poll below (20 s) that cuts the backend: the default 15 s could end the
+        // sleep first on a test process held back that long.
+        let (client, killer) = try await Self.clients(
+            named: name, connections: 1, settings: [URLQueryItem(name: "options", value: "-c statement_timeout=120s")]
+        )
         try await TestEnvironment.using(killer, client) {
             // `slow` sleeps at commit (a deferred constraint trigger); `plain` does not.
             try await killer.withConnection { try await $0.runScript("""
@@ -407,11 +411,32 @@ struct PostgresClientTests {
     @Test("50 concurrent queries through a 4-connection pool all succeed, on at most 4 connections")
     func concurrentQueries() async throws {
         try await TestDatabase.withFresh(connections: 4) { client, _ in
+            // Each statement waits (30 s at most) until a second connection has run one: a pool that opens its
+            // further connections, as it must, passes however slowly they connect; one that serves all 50
+            // statements on one connection fails. A sequence is the latch, as it is seen at once, outside
+            // any transaction.
+            try await client.withConnection { try await $0.runScript("""
+                CREATE SEQUENCE met;
+                CREATE FUNCTION meet() RETURNS void LANGUAGE plpgsql AS $$
+                DECLARE started timestamptz := clock_timestamp();
+                BEGIN
+                  LOOP
+                    EXIT WHEN (SELECT is_called FROM met) OR clock_timestamp() - started > interval '30 s';
+                    PERFORM pg_stat_clear_snapshot();
+                    IF EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+                               AND state = 'active' AND query LIKE '%FROM meet()%') THEN
+                      PERFORM nextval('met');
+                      EXIT;
+                    END IF;
+                    PERFORM pg_sleep(0.005);
+                  END LOOP;
+                END $$;
+                """) }
             let results = try await withThrowingTaskGroup(of: (Int, Int, Int).self) { group in
                 for index in 0..<50 {
                     group.addTask {
                         let row = try #require(try await client.query(
-                            "SELECT $1::int AS value, pg_backend_pid() AS pid FROM pg_sleep(0.02)", [index]
+                            "SELECT $1::int AS value, pg_backend_pid() AS pid FROM meet(), pg_sleep(0.02)", [index]
                         ).first)
                         return (index, try row.decode(Int.self, "value"), try row.decode(Int.self, "pid"))
                     }
@@ -651,9 +676,11 @@ struct PostgresClientTests {
 
     /// Two clients of a fresh database: one whose connections carry the application name `name`, and a
     /// one-connection observer that does not.
-    static func clients(named name: String, connections: Int) async throws -> (named: PostgresClient, observer: PostgresClient) {
+    static func clients(
+        named name: String, connections: Int, settings: [URLQueryItem] = []
+    ) async throws -> (named: PostgresClient, observer: PostgresClient) {
         let base = try await TestEnvironment.freshDatabase()
-        let url = try Self.url(base, adding: [URLQueryItem(name: "application_name", value: name)])
+        let url = try Self.url(base, adding: [URLQueryItem(name: "application_name", value: name)] + settings)
         return (PostgresClient(url: url, connections: connections), PostgresClient(url: base, connections: 1))
     }
 
@@ -1038,10 +1065,11 @@ struct PostgresClientTests {
         var components = try #require(URLComponents(string: base))
         components.port = proxy.port
         // A statement timeout gives every call a deadline, so the client waits on the socket itself (libpq's
-        // own wait, without one, looks inside OpenSSL first).
+        // own wait, without one, looks inside OpenSSL first). Its 10 s (15 s with the grace) leave the proxy
+        // room on a loaded machine; the old defect still fails the call, at that deadline.
         let url = try Self.url(
             try #require(components.string),
-            adding: [URLQueryItem(name: "sslmode", value: "require"), URLQueryItem(name: "options", value: "-c statement_timeout=2s")]
+            adding: [URLQueryItem(name: "sslmode", value: "require"), URLQueryItem(name: "options", value: "-c statement_timeout=10s")]
         )
         let client = PostgresClient(url: url, connections: 1)
         try await TestEnvironment.using(client, proxy) {
