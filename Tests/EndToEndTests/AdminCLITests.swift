@@ -109,7 +109,7 @@ struct AdminCLITests {
     func unconfirmedCreate() async throws {
         let postgres = try await DedicatedPostgres()
         let system = try await TollgateSystem(databaseURL: postgres.url + "?options=-c%20statement_timeout%3D10s")
-        try await TestEnvironment.using(system) {
+        try await TestEnvironment.using(system, postgres) {
             let database = system.database
             // Every commit now waits for a standby that does not exist, as with synchronous replication and its standby down.
             try await database.withConnection { try await $0.runScript("ALTER SYSTEM SET synchronous_standby_names = 'ghost'") }

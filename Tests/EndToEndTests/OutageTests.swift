@@ -87,7 +87,7 @@ struct OutageTests {
             ],
             databaseURL: postgres.url
         )
-        try await TestEnvironment.using(system) {
+        try await TestEnvironment.using(system, postgres) {
             let worker = try await system.startWorker(name: name)
             try await body(postgres, system, worker, try await system.createPublisher(products: [Self.coins]))
         }

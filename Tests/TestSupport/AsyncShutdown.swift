@@ -8,6 +8,7 @@ public protocol AsyncShutdown: Sendable {
 extension RedisClient: AsyncShutdown {}
 extension PostgresClient: AsyncShutdown {}
 extension DedicatedRedis: AsyncShutdown {}
+extension DedicatedPostgres: AsyncShutdown {}
 
 extension TestEnvironment {
     /// Runs `body`, then shuts the clients down whether it returned or threw.

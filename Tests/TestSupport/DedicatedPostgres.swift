@@ -1,5 +1,6 @@
 import Foundation
 import Shared
+import Synchronization
 
 /// A PostgreSQL cluster of a test's own (the shared one must stay up for every other test) that the test
 /// can stop and start again on the same port and data: a real outage. Runs as the `postgres` user, as
@@ -7,6 +8,8 @@ import Shared
 public final class DedicatedPostgres: Sendable {
     public let port: Int
     private let directory: String
+    /// Whether `shutdown()` has stopped the cluster for good.
+    private let finished = Mutex(false)
     private static let bin = "/usr/lib/postgresql/15/bin"
 
     /// Creates, starts and migrates a cluster with a `tollgate` database.
@@ -58,7 +61,17 @@ public final class DedicatedPostgres: Sendable {
         try await offThePool { try Self.asPostgres("\(Self.bin)/pg_ctl", ["-D", "\(directory)/data", "-m", "fast", "-w", "stop"]) }
     }
 
+    /// Stops the cluster for good (immediate shutdown), off the cooperative pool: `pg_ctl` blocks its thread.
+    public func shutdown() async {
+        guard self.finished.withLock({ finished in defer { finished = true }; return !finished }) else { return }
+        let directory = self.directory
+        _ = try? await offThePool { try Self.asPostgres("\(Self.bin)/pg_ctl", ["-D", "\(directory)/data", "-m", "immediate", "stop"]) }
+    }
+
+    /// The same stop for a cluster whose test never called `shutdown()` (it threw before its `using`): it blocks
+    /// whatever thread drops the last reference, so tests shut down instead.
     deinit {
+        guard !self.finished.withLock({ $0 }) else { return }
         try? Self.asPostgres("\(Self.bin)/pg_ctl", ["-D", "\(self.directory)/data", "-m", "immediate", "stop"])
     }
 

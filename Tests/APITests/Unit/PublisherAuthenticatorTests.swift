@@ -16,7 +16,7 @@ struct PublisherAuthenticatorTests {
     ) async throws {
         let postgres = try await DedicatedPostgres()
         let database = PostgresClient(url: postgres.url, connections: 2)
-        try await TestEnvironment.using(database) {
+        try await TestEnvironment.using(database, postgres) {
             let catalog = CatalogStore(database: database)
             let (publisher, first) = try await catalog.createPublisher(name: "First")
             let (_, second) = try await catalog.createPublisher(name: "Second")
