@@ -93,6 +93,34 @@ struct OutageTests {
         }
     }
 
+    @Test("a submission whose enqueue ran in Redis but whose answer was lost (its connection cut at that moment) answers 200 with the stored job, found by one lookup, not a 503 that hides it; sent again, the same jobId")
+    func enqueueAnswerLost() async throws {
+        let shared = try #require(URLComponents(string: try TestEnvironment.redisURL()))
+        let proxy = try await ReplyDroppingProxy(upstreamPort: try #require(shared.port), pattern: "created")
+        var throughProxy = shared
+        throughProxy.port = proxy.port
+        try await TestEnvironment.using(proxy) {
+            let system = try await TollgateSystem(redisURL: try #require(throughProxy.string))
+            try await TestEnvironment.using(system) {
+                let publisher = try await system.createPublisher(products: [Self.coins])
+                let transaction = ScenarioReceipt.transactionId()
+                let receipt = ScenarioReceipt.make(
+                    bundleId: publisher.bundleId, purchases: [.init(productId: "com.example.e2e.coins", transactionId: transaction)]
+                )
+                try await proxy.arm()
+                let first = try await system.submit(publisher, email: "lost@example.com", offerId: "S200_US", transactionId: transaction, receipt: receipt)
+                #expect(proxy.dropped == 1, "the enqueue's answer was dropped")
+                #expect(first.status == 200, "\(first.status) \(first.text)")
+                let jobId = try #require(first.json["jobId"] as? String)
+                #expect(system.api.log().contains("the enqueue's answer was lost; the job is stored"))
+                #expect(try await system.job(publisher, jobId)["status"] as? String == "queued", "the job answered is the one stored")
+                let again = try await system.submit(publisher, email: "lost@example.com", offerId: "S200_US", transactionId: transaction, receipt: receipt)
+                #expect(again.status == 200)
+                #expect(again.json["jobId"] as? String == jobId, "one job, not two")
+            }
+        }
+    }
+
     @Test("Redis down: the API answers 503 with Retry-After (never OK) and serves no access status from memory, readiness says 503 on API and worker; back up, all recover and every accepted job is granted")
     func redisOutage() async throws {
         try await Self.onOwnRedis(["TOLLGATE_CLAIM_MIN_IDLE_MS": "2000"], worker: "e2e-redis-outage") { redis, system, _ in

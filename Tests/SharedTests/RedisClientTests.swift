@@ -177,6 +177,28 @@ struct RedisClientTests {
         }
     }
 
+    @Test("a command whose connection is cut while Redis holds it fails as one that may have run; Redis' own answers never do")
+    func cutInFlightMayHaveRun() async throws {
+        try await Self.withClient(connections: 1) { client, prefix in
+            let admin = try TestEnvironment.redis(connections: 1)
+            try await TestEnvironment.using(admin) {
+                let id = try #require(try await client.send("CLIENT", "ID").int)
+                let blocked = Task { try await client.send("BLPOP", "\(prefix):never", "0") }
+                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(10), "the BLPOP to block") { () async throws -> Bool? in
+                    let list = try await admin.send("CLIENT", "LIST", "ID", String(id)).string ?? ""
+                    return list.contains("cmd=blpop") ? true : nil
+                }
+                #expect(try await admin.send("CLIENT", "KILL", "ID", String(id)) == .integer(1))
+                let error = await #expect(throws: RedisError.self) { try await blocked.value }
+                #expect(error?.code == .connection)
+                #expect(error?.mayHaveRun == true)
+                let refused = await #expect(throws: RedisError.self) { try await client.send("INCR", "\(prefix):text-\(UUID().uuidString)", "extra") }
+                #expect(refused?.code == .server)
+                #expect(refused?.mayHaveRun == false, "Redis answered")
+            }
+        }
+    }
+
     @Test("a server demoted to a replica (READONLY) makes the client reconnect, so a failover's new primary can be reached")
     func reconnectsAfterReadOnly() async throws {
         let server = try await DedicatedRedis()
@@ -357,6 +379,7 @@ struct RedisClientTests {
         let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
         #expect(error?.code == .connection)
         #expect(error?.isConnectionFailure == true)
+        #expect(error?.mayHaveRun == false, "never sent: it cannot have run")
         #expect(await client.ping() == false)
         await client.shutdown()
     }
@@ -375,6 +398,7 @@ struct RedisClientTests {
                 let error = await #expect(throws: RedisError.self) { try await client.send("PING") }
                 #expect(error?.code == .connection)
                 #expect(error?.message.contains("no reply within 1000 ms") == true, "\(String(describing: error))")
+                #expect(error?.mayHaveRun == true, "sent and never answered: it may have run")
             }
             await client.shutdown()
         }

@@ -29,7 +29,7 @@ struct PaymentController {
             return Self.resubmitted(jobId: existing.jobId, status: existing.status, context: context)
         }
         let pending = self.services.queue.keys.pending(for: job)
-        switch try await self.services.queue.enqueue(job, keyTTLSeconds: self.services.keyTTLSeconds, pendingKey: pending) {
+        switch try await self.enqueue(job, pendingKey: pending, context: context) {
         case .created(let jobId):
             // Before answering: this process' next poll for the customer must already say `pending`.
             self.services.accessCache.invalidate(pending)
@@ -39,6 +39,23 @@ struct PaymentController {
             return Self.resubmitted(jobId: jobId, status: status, context: context)
         case .alreadyClaimed:
             throw APIError(.conflict, code: "already_claimed", "this transaction is already claimed by another customer", field: "receipt.transactionId")
+        }
+    }
+
+    /// Enqueues the job. A call whose connection broke after it went out may have run in Redis and lost only
+    /// its answer (a Redis restart, a proxy or `CLIENT KILL` cutting the connection, an answer later than the
+    /// client's timeout): the job is then looked up once before the request is refused, so that a 503 means
+    /// nothing was stored (CONTRACT.md). When the lookup cannot tell either, Redis' error stands. A call
+    /// that never went out (no connection) is refused at once, without the lookup's wait.
+    private func enqueue(_ job: ReceiptJob, pendingKey: String, context: TollgateRequestContext) async throws -> EnqueueOutcome {
+        do {
+            return try await self.services.queue.enqueue(job, keyTTLSeconds: self.services.keyTTLSeconds, pendingKey: pendingKey)
+        } catch let error as RedisError where error.code == .connection && error.mayHaveRun {
+            guard let stored = try? await self.services.queue.existing(job) else { throw error }
+            context.logger.warning(
+                "the enqueue's answer was lost; the job is stored", metadata: ["job": .string(stored.jobId), "error": .string(error.message)]
+            )
+            return stored.jobId == job.jobId ? .created(jobId: job.jobId) : .duplicate(jobId: stored.jobId, status: stored.status)
         }
     }
 

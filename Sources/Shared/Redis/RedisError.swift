@@ -29,6 +29,10 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     public let code: Code
     /// Redis' or hiredis' message.
     public let message: String
+    /// Whether the command had gone out, or may have, when its connection ended without its answer: Redis
+    /// may have run it and lost only the answer. `false` for a command that was never sent (no connection,
+    /// a refused `AUTH`) and for every answer Redis gave.
+    public private(set) var mayHaveRun = false
 
     /// Creates an error of a kind with a message.
     public init(_ code: Code, _ message: String) {
@@ -45,6 +49,13 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
     static func setupFailed(_ reply: String) -> RedisError {
         let message = reply.range(of: ", with args beginning with").map { String(reply[..<$0.lowerBound]) } ?? reply
         return RedisError(RedisError(.server, message).isServerBusy ? .connection : .refused, message)
+    }
+
+    /// This failure, for a command that was in flight on the connection it ended.
+    func inFlight() -> RedisError {
+        var error = self
+        error.mayHaveRun = true
+        return error
     }
 
     /// Whether Redis said it does not know a script's SHA (after a restart or `SCRIPT FLUSH`).

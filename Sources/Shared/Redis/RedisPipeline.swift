@@ -306,7 +306,8 @@ final class RedisReplyHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         self.ended = true
-        let error = self.closeReason ?? RedisError(.connection, "connection lost")
+        // Every waiter's command was written, or queued to be, on this connection: it may have run.
+        let error = (self.closeReason ?? RedisError(.connection, "connection lost")).inFlight()
         while let waiter = self.waiters.popFirst() { waiter.fail(error) }
         self.onClose?()
         self.onClose = nil
