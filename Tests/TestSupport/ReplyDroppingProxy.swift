@@ -11,12 +11,7 @@ public final class ReplyDroppingProxy: AsyncShutdown {
     public init(upstreamPort: Int, pattern: String) async throws {
         let directory = "\(try TestEnvironment.stateDirectory())/reply-proxy-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try Self.script.write(toFile: "\(directory)/proxy.py", atomically: true, encoding: .utf8)
-        self.process = try ManagedProcess(
-            executable: "/usr/bin/python3", arguments: ["-u", "\(directory)/proxy.py", String(upstreamPort), pattern],
-            environment: [:], portFileVariable: "PROXY_PORT_FILE"
-        )
-        self.port = try await self.process.port(timeout: .seconds(30))
+        (self.process, self.port) = try await PythonProxy.start(Self.script, in: directory, arguments: [String(upstreamPort), pattern])
     }
 
     /// Drops the next answer that holds the pattern; returns once the proxy says it is armed.
@@ -70,6 +65,22 @@ public final class ReplyDroppingProxy: AsyncShutdown {
             finally:
                 client.close()
                 upstream.close()
+
+        """#
+}
+
+/// The tests' TCP proxies, in Python: each script defines `serve(client)`, run on a thread per connection.
+enum PythonProxy {
+    /// Starts `script` from `directory` on a free loopback port (written to the port file once it listens).
+    static func start(_ script: String, in directory: String, arguments: [String]) async throws -> (process: ManagedProcess, port: Int) {
+        try (script + Self.serveForever).write(toFile: "\(directory)/proxy.py", atomically: true, encoding: .utf8)
+        let process = try ManagedProcess(
+            executable: "/usr/bin/python3", arguments: ["-u", "\(directory)/proxy.py"] + arguments, environment: [:], portFileVariable: "PROXY_PORT_FILE"
+        )
+        return (process, try await process.port(timeout: .seconds(30)))
+    }
+
+    private static let serveForever = #"""
 
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))

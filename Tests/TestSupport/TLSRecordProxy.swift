@@ -12,14 +12,9 @@ public final class TLSRecordProxy: AsyncShutdown {
     /// Starts a proxy in front of the PostgreSQL on 127.0.0.1:`upstreamPort`.
     public init(upstreamPort: Int) async throws {
         let certificate = try await SelfSignedCertificate(purpose: "tls-proxy")
-        let directory = certificate.directory
-        try Self.script.write(toFile: "\(directory)/proxy.py", atomically: true, encoding: .utf8)
-        self.process = try ManagedProcess(
-            executable: "/usr/bin/python3",
-            arguments: ["\(directory)/proxy.py", String(upstreamPort), certificate.certificatePath, certificate.keyPath],
-            environment: [:], portFileVariable: "PROXY_PORT_FILE"
+        (self.process, self.port) = try await PythonProxy.start(
+            Self.script, in: certificate.directory, arguments: [String(upstreamPort), certificate.certificatePath, certificate.keyPath]
         )
-        self.port = try await self.process.port(timeout: .seconds(30))
     }
 
     public func shutdown() async { await self.process.stop() }
@@ -79,14 +74,5 @@ public final class TLSRecordProxy: AsyncShutdown {
             finally:
                 client.close()
 
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        with open(os.environ["PROXY_PORT_FILE"] + ".tmp", "w") as f:
-            f.write(str(listener.getsockname()[1]))
-        os.rename(os.environ["PROXY_PORT_FILE"] + ".tmp", os.environ["PROXY_PORT_FILE"])
-        while True:
-            connection, _ = listener.accept()
-            threading.Thread(target=serve, args=(connection,), daemon=True).start()
         """#
 }
