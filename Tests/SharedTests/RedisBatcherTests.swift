@@ -146,6 +146,31 @@ struct RedisBatcherTests {
         }
     }
 
+    @Test("a call cut in flight fails its own item as one that may have run, and the items waiting behind it as ones never sent")
+    func cutCallLeavesWaitingUnsent() async throws {
+        let gate = AsyncStream<Void>.makeStream()
+        let calls = Mutex(0)
+        let batcher = RedisBatcher(name: "cut", keys: [], arguments: [], maxItems: 2, maxCalls: 1) { _, _ in
+            if calls.withLock({ $0 += 1; return $0 }) == 1 { for await _ in gate.stream { break } }
+            throw RedisError(.connection, "connection lost").inFlight()
+        }
+        let results = Results()
+        results.run("first", on: batcher)
+        _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "the first call") { calls.withLock { $0 } == 1 ? true : nil }
+        for index in 0..<5 { results.run("item-\(index)", on: batcher) }
+        _ = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "5 items waiting") { batcher.waitingCount == 5 ? true : nil }
+        gate.continuation.finish()
+        let all = try await Poll.until(timeout: .seconds(10), interval: .milliseconds(10), "every item's result") {
+            results.values.withLock { $0.count == 6 ? $0 : nil }
+        }
+        for (value, result) in all {
+            let error = #expect(throws: RedisError.self) { try result.get() }
+            #expect(error?.code == .connection)
+            #expect(error?.mayHaveRun == (value == "first"), "\(value)")
+        }
+        #expect(calls.withLock { $0 } == 1)
+    }
+
     @Test("past maxWaitingBytes an item is refused at once as Redis unavailable; the items waiting still run")
     func waitingBounded() async throws {
         try await RedisClientTests.withClient { client, prefix in

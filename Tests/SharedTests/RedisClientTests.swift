@@ -179,23 +179,26 @@ struct RedisClientTests {
 
     @Test("a command whose connection is cut while Redis holds it fails as one that may have run; Redis' own answers never do")
     func cutInFlightMayHaveRun() async throws {
-        try await Self.withClient(connections: 1) { client, prefix in
-            let admin = try TestEnvironment.redis(connections: 1)
-            try await TestEnvironment.using(admin) {
-                let id = try #require(try await client.send("CLIENT", "ID").int)
-                let blocked = Task { try await client.send("BLPOP", "\(prefix):never", "0") }
-                _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(10), "the BLPOP to block") { () async throws -> Bool? in
-                    let list = try await admin.send("CLIENT", "LIST", "ID", String(id)).string ?? ""
-                    return list.contains("cmd=blpop") ? true : nil
-                }
-                #expect(try await admin.send("CLIENT", "KILL", "ID", String(id)) == .integer(1))
-                let error = await #expect(throws: RedisError.self) { try await blocked.value }
-                #expect(error?.code == .connection)
-                #expect(error?.mayHaveRun == true)
-                let refused = await #expect(throws: RedisError.self) { try await client.send("INCR", "\(prefix):text-\(UUID().uuidString)", "extra") }
-                #expect(refused?.code == .server)
-                #expect(refused?.mayHaveRun == false, "Redis answered")
+        // A reply timeout far past any stall of the test process, so that the kill, not the client, ends the BLPOP.
+        var configuration = try RedisConfiguration(url: try TestEnvironment.redisURL())
+        configuration.timeoutMilliseconds = 60_000
+        let client = RedisClient(configuration: configuration, connections: 1)
+        let prefix = TestEnvironment.uniquePrefix()
+        let admin = try TestEnvironment.redis(connections: 1)
+        try await TestEnvironment.using(admin, client) {
+            let id = try #require(try await client.send("CLIENT", "ID").int)
+            let blocked = Task { try await client.send("BLPOP", "\(prefix):never", "0") }
+            _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(10), "the BLPOP to block") { () async throws -> Bool? in
+                let list = try await admin.send("CLIENT", "LIST", "ID", String(id)).string ?? ""
+                return list.contains("cmd=blpop") ? true : nil
             }
+            #expect(try await admin.send("CLIENT", "KILL", "ID", String(id)) == .integer(1))
+            let error = await #expect(throws: RedisError.self) { try await blocked.value }
+            #expect(error?.code == .connection)
+            #expect(error?.mayHaveRun == true)
+            let refused = await #expect(throws: RedisError.self) { try await client.send("INCR", "\(prefix):text", "extra") }
+            #expect(refused?.code == .server)
+            #expect(refused?.mayHaveRun == false, "Redis answered")
         }
     }
 

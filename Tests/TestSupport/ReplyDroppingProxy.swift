@@ -16,14 +16,18 @@ public final class ReplyDroppingProxy: AsyncShutdown {
 
     /// Drops the next answer that holds the pattern; returns once the proxy says it is armed.
     public func arm() async throws {
+        let before = self.count("armed")
         self.process.signal(SIGUSR1)
         _ = try await Poll.until(timeout: .seconds(30), interval: .milliseconds(10), "the proxy to arm") { () async throws -> Bool? in
-            self.process.log().contains("armed") ? true : nil
+            self.count("armed") > before ? true : nil
         }
     }
 
     /// How many answers it dropped.
-    public var dropped: Int { self.process.log().components(separatedBy: "dropped").count - 1 }
+    public var dropped: Int { self.count("dropped") }
+
+    /// How many lines of its output are `line`.
+    private func count(_ line: String) -> Int { self.process.log().split(separator: "\n").filter { $0 == line }.count }
 
     public func shutdown() async { await self.process.stop() }
 

@@ -134,15 +134,17 @@ public final class RedisBatcher: Sendable {
 
     /// After a call failed because Redis is unavailable, fails every item waiting too: they would wait for
     /// a call to the same unreachable Redis, each of those up to its timeout, a call's worth at a time.
+    /// They never went out, whatever the call's fate: their error says so.
     private func failWaiting(after error: any Error) {
-        guard (error as? RedisError)?.isUnavailable == true else { return }
+        guard let error = error as? RedisError, error.isUnavailable else { return }
         let failed = self.state.withLock { state in
             let all = state.waiting
             state.waiting = []
             state.waitingBytes = 0
             return all
         }
-        for waiting in failed { waiting.continuation.resume(throwing: error) }
+        let unsent = error.notSent()
+        for waiting in failed { waiting.continuation.resume(throwing: unsent) }
     }
 
     /// Calls the script until nothing waits.

@@ -49,7 +49,8 @@ public final class RedisClient: Sendable {
         do {
             return try await self.send(command)
         } catch let error as RedisError where error.isNoScript {
-            try await self.load(script)
+            // The script has not run: a load cut in flight is no call that may have run.
+            do { try await self.load(script) } catch let error as RedisError { throw error.notSent() }
             return try await self.send(command)
         }
     }

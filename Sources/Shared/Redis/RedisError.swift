@@ -58,6 +58,14 @@ public struct RedisError: Error, Equatable, CustomStringConvertible {
         return error
     }
 
+    /// This failure, for a command that never went out (it waited behind one that failed, or for a script
+    /// to be loaded).
+    func notSent() -> RedisError {
+        var error = self
+        error.mayHaveRun = false
+        return error
+    }
+
     /// Whether Redis said it does not know a script's SHA (after a restart or `SCRIPT FLUSH`).
     public var isNoScript: Bool { self.code == .server && self.message.hasPrefix("NOSCRIPT") }
 
