@@ -46,7 +46,8 @@ struct PaymentController {
     /// its answer (a Redis restart, a proxy or `CLIENT KILL` cutting the connection, an answer later than the
     /// client's timeout): the job is then looked up once before the request is refused, so that a 503 means
     /// nothing was stored (CONTRACT.md). When the lookup cannot tell either, Redis' error stands. A call
-    /// that never went out (no connection) is refused at once, without the lookup's wait.
+    /// that never went out (no connection, or waiting behind a call that failed) is refused at once, without
+    /// the lookup's wait.
     private func enqueue(_ job: ReceiptJob, pendingKey: String, context: TollgateRequestContext) async throws -> EnqueueOutcome {
         do {
             return try await self.services.queue.enqueue(job, keyTTLSeconds: self.services.keyTTLSeconds, pendingKey: pendingKey)
