@@ -31,6 +31,10 @@ struct ReceiptQueueTests {
         func field(_ jobId: String, _ name: String) async throws -> String? {
             try await self.redis.send("HGET", self.keys.job(jobId), name).string
         }
+        func fields(_ jobId: String) async throws -> [String: String] {
+            let flat = try await self.redis.send("HGETALL", self.keys.job(jobId)).array ?? []
+            return Dictionary(uniqueKeysWithValues: stride(from: 0, to: flat.count - 1, by: 2).map { (flat[$0].string ?? "", flat[$0 + 1].string ?? "") })
+        }
         func read(_ consumer: String, count: Int = 10) async throws -> [QueueDelivery] {
             try await self.queue.readNew(consumer: consumer, count: count, blockMilliseconds: 50, blockingClient: self.blocking)
         }
@@ -347,17 +351,28 @@ struct ReceiptQueueTests {
         }
     }
 
-    @Test("finish granted: record granted, entry acked and deleted, payload gone, TTL set, nothing pending")
+    @Test("finish granted: record granted, entry acked and deleted, payload gone, the hash compact with every other field, TTL set, nothing pending")
     func finishGranted() async throws {
         try await Self.withQueue { harness in
             let job = Fixtures.job()
             let delivery = try await harness.enqueueAndStart(job)
+            let key = harness.keys.job(job.jobId)
             #expect(try await harness.field(job.jobId, "payload") != nil)
+            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "hashtable", "the receipt makes the hash a table")
+            let before = try await harness.fields(job.jobId)
             #expect(try await harness.pending(job))
             try await harness.queue.finish(
                 delivery, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: 1_900_000_000,
                 now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention
             )
+            // Redis keeps a hash table once made, so the final status is rebuilt without the receipt, and keeps
+            // every other field the job had.
+            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "listpack")
+            let after = try await harness.fields(job.jobId)
+            #expect(Set(after.keys) == Set(before.keys).subtracting(["payload"]).union(["updatedAt", "finishedBy", "environment", "expiresAt"]))
+            for name in ["customerEmail", "offerId", "publisherId", "acceptedAt", "entry", "claimed", "attempts"] {
+                #expect(after[name] != nil && after[name] == before[name], "\(name)")
+            }
             let record = try #require(try await harness.queue.record(jobId: job.jobId))
             #expect(record.status == .granted)
             #expect(record.environment == "Production")

@@ -146,7 +146,23 @@ enum QueueScripts {
         return {verdict, attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt'), status == 'queued' and '0' or '1'}
         """)
 
-    /// Record a final outcome (granted or rejected), forget the receipt, acknowledge and trim the entry.
+    /// Rebuild a hash that Redis keeps as a hash table. A job's hash becomes one when its receipt (a value longer
+    /// than `hash-max-listpack-value`, 64 bytes by default) is written, and stays one after the receipt is dropped:
+    /// Redis never converts back. Rebuilt, a final status takes less than half the memory (961 against 432 bytes
+    /// for a granted job, `MEMORY USAGE`) for the whole retention, for about 4 µs more of Redis' time per final
+    /// job (100,000 rebuilt in one loop: 5.8 against 1.6 µs each). Its lifetime goes with it: callers set it after.
+    private static let compactFunction = """
+        local function compact(key)
+          if redis.call('OBJECT', 'ENCODING', key) ~= 'hashtable' then return end
+          local fields = redis.call('HGETALL', key)
+          redis.call('DEL', key)
+          redis.call('HSET', key, unpack(fields))
+        end
+
+        """
+
+    /// Record a final outcome (granted or rejected), forget the receipt (the status rebuilt compact, see `compactFunction`),
+    /// acknowledge and trim the entry.
     /// A final status is never overwritten by a late copy of the same job, except that a grant (the
     /// truth in PostgreSQL) replaces a rejection or a dead letter that a concurrent copy recorded.
     ///
@@ -170,7 +186,7 @@ enum QueueScripts {
     /// jobId, access channel, customer, whether KEYS[7] is the job's claim ('1' or '0'), consumer.
     /// Empty strings mean "not set". Returns 1 when this run's outcome is the job's (``finishedFunction``), 0 when
     /// stale, -1 when the job was final already (only acknowledged).
-    static let finish = RedisScript(name: "finish", source: claimFunctions + staleFunction + finishedFunction + """
+    static let finish = RedisScript(name: "finish", source: claimFunctions + staleFunction + finishedFunction + compactFunction + """
         redis.call('XACK', KEYS[2], ARGV[2], ARGV[1])
         redis.call('XDEL', KEYS[2], ARGV[1])
         local current = redis.call('HGET', KEYS[1], 'status')
@@ -189,6 +205,7 @@ enum QueueScripts {
           if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'environment', ARGV[5]) end
           if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[6]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
           redis.call('HDEL', KEYS[1], 'payload', 'nextAttemptAt')
+          compact(KEYS[1])
           redis.call('EXPIRE', KEYS[1], ARGV[8])
           if ARGV[12] == '1' and ARGV[3] ~= 'granted' and redis.call('HGET', KEYS[1], 'claimed') == '1' then release(KEYS[7], ARGV[11]) end
         end
