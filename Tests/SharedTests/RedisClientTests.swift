@@ -202,6 +202,32 @@ struct RedisClientTests {
         }
     }
 
+    @Test("a script Redis did not know, whose load is cut in flight, fails as a call that never ran: only the load went out")
+    func cutScriptLoadNotSent() async throws {
+        let shared = try #require(URLComponents(string: try TestEnvironment.redisURL()))
+        let prefix = TestEnvironment.uniquePrefix()
+        // A script of its own, so Redis answers NOSCRIPT; its SHA is the one answer holding it (`SCRIPT LOAD`'s).
+        let script = RedisScript(name: "count", source: "-- \(prefix)\nreturn redis.call('INCR', KEYS[1])")
+        let proxy = try await ReplyDroppingProxy(upstreamPort: try #require(shared.port), pattern: script.sha)
+        var throughProxy = shared
+        throughProxy.port = proxy.port
+        var configuration = try RedisConfiguration(url: try #require(throughProxy.string))
+        configuration.timeoutMilliseconds = 60_000
+        let client = RedisClient(configuration: configuration, connections: 1)
+        let admin = try TestEnvironment.redis(connections: 1)
+        try await TestEnvironment.using(proxy, client, admin) {
+            #expect(try await client.send("PING").string == "PONG")
+            try await proxy.arm()
+            let error = await #expect(throws: RedisError.self) { try await client.run(script, keys: ["\(prefix):count"], arguments: []) }
+            #expect(proxy.dropped == 1, "the load's answer was the one dropped")
+            #expect(error?.code == .connection)
+            #expect(error?.mayHaveRun == false, "only SCRIPT LOAD was in flight; the script was never called")
+            #expect(try await admin.send("EXISTS", "\(prefix):count") == .integer(0))
+            // Loaded by the call that was cut, the script runs on the next call.
+            #expect(try await client.run(script, keys: ["\(prefix):count"], arguments: []) == .integer(1))
+        }
+    }
+
     @Test("a server demoted to a replica (READONLY) makes the client reconnect, so a failover's new primary can be reached")
     func reconnectsAfterReadOnly() async throws {
         let server = try await DedicatedRedis()
