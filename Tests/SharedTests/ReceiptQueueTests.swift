@@ -408,6 +408,48 @@ struct ReceiptQueueTests {
             #expect(record.expiresAt == nil)
             #expect(try await harness.pending(job) == false)
             #expect(try await harness.xlen() == 0)
+            #expect(try await harness.redis.send("OBJECT", "ENCODING", harness.keys.job(job.jobId)).string == "listpack")
+        }
+    }
+
+    @Test("a final status that would not fit a listpack (a consumer name past 64 bytes) is left a hash table, whole, with its TTL")
+    func finishLeavesWideStatus() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job, consumer: String(repeating: "w", count: 70))
+            let key = harness.keys.job(job.jobId)
+            let before = try await harness.fields(job.jobId)
+            try await harness.queue.finish(
+                delivery, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: 1_900_000_000,
+                now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention
+            )
+            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "hashtable")
+            let after = try await harness.fields(job.jobId)
+            #expect(after["finishedBy"]?.hasSuffix(String(repeating: "w", count: 70)) == true)
+            #expect(Set(after.keys) == Set(before.keys).subtracting(["payload"]).union(["updatedAt", "finishedBy", "environment", "expiresAt"]))
+            let ttl = try #require(try await harness.redis.send("TTL", key).int)
+            #expect(ttl > 0 && ttl <= Self.retention)
+        }
+    }
+
+    @Test("a grant over a dead letter rebuilds the status compact, with its TTL set again")
+    func grantOverDeadLetterCompacts() async throws {
+        try await Self.withQueue { harness in
+            let job = Fixtures.job()
+            let delivery = try await harness.enqueueAndStart(job)
+            let key = harness.keys.job(job.jobId)
+            let now = WallClock.nowMilliseconds()
+            try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "", now: now, retentionSeconds: Self.retention)
+            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "hashtable", "a dead letter keeps its receipt")
+            try await harness.queue.finish(
+                delivery, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: nil,
+                now: now, retentionSeconds: Self.retention
+            )
+            #expect(try await harness.queue.record(jobId: job.jobId)?.status == .granted)
+            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "listpack")
+            #expect(try await harness.field(job.jobId, "deadEntry") == nil)
+            let ttl = try #require(try await harness.redis.send("TTL", key).int)
+            #expect(ttl > 0 && ttl <= Self.retention)
         }
     }
 

@@ -224,6 +224,7 @@ struct RedisClientTests {
             #expect(error?.mayHaveRun == false, "only SCRIPT LOAD was in flight; the script was never called")
             #expect(try await admin.send("EXISTS", "\(prefix):count") == .integer(0))
             // Loaded by the call that was cut, the script runs on the next call.
+            #expect(try await admin.send("SCRIPT", "EXISTS", script.sha) == .array([.integer(1)]))
             #expect(try await client.run(script, keys: ["\(prefix):count"], arguments: []) == .integer(1))
         }
     }

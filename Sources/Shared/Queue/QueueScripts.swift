@@ -146,15 +146,21 @@ enum QueueScripts {
         return {verdict, attempts, payload, redis.call('HGET', KEYS[1], 'acceptedAt'), status == 'queued' and '0' or '1'}
         """)
 
-    /// Rebuild a hash that Redis keeps as a hash table. A job's hash becomes one when its receipt (a value longer
-    /// than `hash-max-listpack-value`, 64 bytes by default) is written, and stays one after the receipt is dropped:
-    /// Redis never converts back. Rebuilt, a final status takes less than half the memory (961 against 432 bytes
-    /// for a granted job, `MEMORY USAGE`) for the whole retention, for about 4 µs more of Redis' time per final
-    /// job (100,000 rebuilt in one loop: 5.8 against 1.6 µs each). Its lifetime goes with it: callers set it after.
+    /// Rebuild a job's hash as the compact listpack it was before its receipt came. A value longer than Redis'
+    /// `hash-max-listpack-value` (64 bytes by default) makes a hash a hash table, and Redis never converts one
+    /// back, so a final status would otherwise keep the receipt's table for the whole retention: 432 bytes
+    /// rebuilt against 961 for a granted job (`MEMORY USAGE`), for about 4 µs more of Redis' time per final job
+    /// (100,000 rebuilt in one loop: 5.8 against 1.6 µs each). A hash that would not fit Redis' default limits
+    /// (128 entries, 64 bytes: a long email or consumer name) is left as it is, as a rebuild would not shrink it.
+    /// Everything is checked before the `DEL`, so the rebuild is whole or not at all. Its lifetime goes with it:
+    /// callers set it after.
     private static let compactFunction = """
         local function compact(key)
-          if redis.call('OBJECT', 'ENCODING', key) ~= 'hashtable' then return end
           local fields = redis.call('HGETALL', key)
+          if #fields > 256 then return end
+          for i = 1, #fields do
+            if #fields[i] > 64 then return end
+          end
           redis.call('DEL', key)
           redis.call('HSET', key, unpack(fields))
         end
@@ -204,8 +210,9 @@ enum QueueScripts {
           if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'reason', ARGV[4]) else redis.call('HDEL', KEYS[1], 'reason') end
           if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'environment', ARGV[5]) end
           if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'expiresAt', ARGV[6]) else redis.call('HDEL', KEYS[1], 'expiresAt') end
+          local wasTable = redis.call('HSTRLEN', KEYS[1], 'payload') > 64
           redis.call('HDEL', KEYS[1], 'payload', 'nextAttemptAt')
-          compact(KEYS[1])
+          if wasTable then compact(KEYS[1]) end
           redis.call('EXPIRE', KEYS[1], ARGV[8])
           if ARGV[12] == '1' and ARGV[3] ~= 'granted' and redis.call('HGET', KEYS[1], 'claimed') == '1' then release(KEYS[7], ARGV[11]) end
         end
