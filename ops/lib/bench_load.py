@@ -409,7 +409,7 @@ def report(args):
     add("| memory: peak RSS (`VmHWM`) | API %s MB (over every phase); worker %s MB (one-worker phases), %s MB and %s MB (two-worker phases); emulator %s MB | |" % (
         fmt(api_rss, 1), fmt(number(r, "rss.worker1_mb"), 1), fmt(number(r, "rss.worker2a_mb"), 1),
         fmt(number(r, "rss.worker2b_mb"), 1), fmt(number(r, "rss.emulator_mb"), 1)))
-    add("| memory: Redis (`used_memory`) per job of the one-worker backlog | %s bytes waiting (receipt, status, keys, entry); %s bytes once granted (status, dedup key, claim: kept for the retention) | |" % (
+    add("| memory: Redis (`used_memory`, its buffers included) per job of the one-worker backlog, above what it held before | %s bytes waiting (receipt, status, keys, entry); %s bytes once all were granted (status, dedup key, claim: kept for the retention) | |" % (
         fmt(number(r, "redis.queued_bytes_per_job")), fmt(number(r, "redis.granted_bytes_per_job"))))
     add("")
 
