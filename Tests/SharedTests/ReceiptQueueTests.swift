@@ -31,6 +31,10 @@ struct ReceiptQueueTests {
         func field(_ jobId: String, _ name: String) async throws -> String? {
             try await self.redis.send("HGET", self.keys.job(jobId), name).string
         }
+        /// How Redis stores the job's hash: `listpack` (compact) or `hashtable`.
+        func encoding(_ jobId: String) async throws -> String? {
+            try await self.redis.send("OBJECT", "ENCODING", self.keys.job(jobId)).string
+        }
         func fields(_ jobId: String) async throws -> [String: String] {
             let flat = try await self.redis.send("HGETALL", self.keys.job(jobId)).array ?? []
             return Dictionary(uniqueKeysWithValues: stride(from: 0, to: flat.count - 1, by: 2).map { (flat[$0].string ?? "", flat[$0 + 1].string ?? "") })
@@ -356,9 +360,8 @@ struct ReceiptQueueTests {
         try await Self.withQueue { harness in
             let job = Fixtures.job()
             let delivery = try await harness.enqueueAndStart(job)
-            let key = harness.keys.job(job.jobId)
             #expect(try await harness.field(job.jobId, "payload") != nil)
-            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "hashtable", "the receipt makes the hash a table")
+            #expect(try await harness.encoding(job.jobId) == "hashtable", "the receipt makes the hash a table")
             let before = try await harness.fields(job.jobId)
             #expect(try await harness.pending(job))
             try await harness.queue.finish(
@@ -367,7 +370,7 @@ struct ReceiptQueueTests {
             )
             // Redis keeps a hash table once made, so the final status is rebuilt without the receipt, and keeps
             // every other field the job had.
-            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "listpack")
+            #expect(try await harness.encoding(job.jobId) == "listpack")
             let after = try await harness.fields(job.jobId)
             #expect(Set(after.keys) == Set(before.keys).subtracting(["payload"]).union(["updatedAt", "finishedBy", "environment", "expiresAt"]))
             for name in ["customerEmail", "offerId", "publisherId", "acceptedAt", "entry", "claimed", "attempts"] {
@@ -408,7 +411,7 @@ struct ReceiptQueueTests {
             #expect(record.expiresAt == nil)
             #expect(try await harness.pending(job) == false)
             #expect(try await harness.xlen() == 0)
-            #expect(try await harness.redis.send("OBJECT", "ENCODING", harness.keys.job(job.jobId)).string == "listpack")
+            #expect(try await harness.encoding(job.jobId) == "listpack")
         }
     }
 
@@ -423,7 +426,7 @@ struct ReceiptQueueTests {
                 delivery, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: 1_900_000_000,
                 now: WallClock.nowMilliseconds(), retentionSeconds: Self.retention
             )
-            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "hashtable")
+            #expect(try await harness.encoding(job.jobId) == "hashtable")
             let after = try await harness.fields(job.jobId)
             #expect(after["finishedBy"]?.hasSuffix(String(repeating: "w", count: 70)) == true)
             #expect(Set(after.keys) == Set(before.keys).subtracting(["payload"]).union(["updatedAt", "finishedBy", "environment", "expiresAt"]))
@@ -440,13 +443,13 @@ struct ReceiptQueueTests {
             let key = harness.keys.job(job.jobId)
             let now = WallClock.nowMilliseconds()
             try await harness.queue.deadLetter(delivery, job: job, reason: .appleUnavailable, detail: "", now: now, retentionSeconds: Self.retention)
-            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "hashtable", "a dead letter keeps its receipt")
+            #expect(try await harness.encoding(job.jobId) == "hashtable", "a dead letter keeps its receipt")
             try await harness.queue.finish(
                 delivery, job: job, status: .granted, reason: nil, environment: "Production", expiresAt: nil,
                 now: now, retentionSeconds: Self.retention
             )
             #expect(try await harness.queue.record(jobId: job.jobId)?.status == .granted)
-            #expect(try await harness.redis.send("OBJECT", "ENCODING", key).string == "listpack")
+            #expect(try await harness.encoding(job.jobId) == "listpack")
             #expect(try await harness.field(job.jobId, "deadEntry") == nil)
             let ttl = try #require(try await harness.redis.send("TTL", key).int)
             #expect(ttl > 0 && ttl <= Self.retention)
