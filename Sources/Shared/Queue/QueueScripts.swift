@@ -168,8 +168,8 @@ enum QueueScripts {
 
         """
 
-    /// Record a final outcome (granted or rejected), forget the receipt (the status rebuilt compact, see `compactFunction`),
-    /// acknowledge and trim the entry.
+    /// Record a final outcome (granted or rejected), forget the receipt (and rebuild the status compact: see
+    /// `compactFunction`), acknowledge and trim the entry.
     /// A final status is never overwritten by a late copy of the same job, except that a grant (the
     /// truth in PostgreSQL) replaces a rejection or a dead letter that a concurrent copy recorded.
     ///
