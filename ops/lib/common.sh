@@ -209,22 +209,27 @@ tg_drop_product_env() {
 # connections (ip_local_port_range): a client socket opened meanwhile (libpq, hiredis, wrk, the API's
 # pools) could take a port from that range and make the server's bind fail, minutes after the choice.
 # Falls back to a port the kernel picks when that range starts too low to leave room.
+# With COUNT (default 1): the first of COUNT consecutive free ports (no fallback then).
 tg_free_port() {
-  python3 - <<'PY'
-import random, socket
+  python3 - "${1:-1}" <<'PY'
+import contextlib, random, socket, sys
+count = int(sys.argv[1])
 try:
     with open("/proc/sys/net/ipv4/ip_local_port_range") as source:
         ephemeral = int(source.read().split()[0])
 except (OSError, ValueError, IndexError):
     ephemeral = 32768
-candidates = random.sample(range(10000, ephemeral), min(200, ephemeral - 10000)) if ephemeral > 11000 else []
-for port in candidates + [0]:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+top = ephemeral - count + 1
+candidates = random.sample(range(10000, top), min(200, top - 10000)) if top > 11000 else []
+for port in candidates + ([0] if count == 1 else []):
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
         try:
-            s.bind(("127.0.0.1", port))
+            for offset, s in enumerate(sockets):
+                s.bind(("127.0.0.1", port + offset if port else 0))
         except OSError:
             continue
-        print(s.getsockname()[1])
+        print(sockets[0].getsockname()[1])
         break
 PY
 }
