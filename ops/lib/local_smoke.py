@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""The README's first command, checked as a reader would use it.
+
+    TOLLGATE_LOCAL_DIR=DIR python3 ops/lib/local_smoke.py
+
+`bash ops/local up` with its state in DIR (which must not exist yet) and on free ports of its own, so a
+system already up on the default ports is left alone; then the "Try it yourself" steps it prints, run
+as printed (steps 1-6: a coins receipt, its job, the access status, the wallet, the queue counts, a
+worker's metrics) and checked: the demo receipt granted premium access, the coins arrive in the wallet,
+the same receipt sent again answers the same job. Then `bash ops/local status` and `down --purge`, after
+which nothing of it may be left: no process, no listening port, no folder. `down --purge` runs on every
+way out (a failed check, SIGINT, SIGTERM). ops/test runs it after the whole suite; it needs root, as
+ops/local does. Exit 0 when every check held, 1 otherwise, with ops/local's own output above the reason.
+DIR comes from the environment, not the command line: `down` counts a process naming it as a piece left running.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+UP_TIMEOUT_S = 900
+POLL_S = 60
+DEMO_EMAIL = "viewer@example.com"
+COINS = 100
+
+
+class Failed(Exception):
+    pass
+
+
+class Stopped(Failed):
+    """SIGINT or SIGTERM (Ctrl-C, ops/test's cleanup, `timeout`): the same way out as a failed check."""
+
+    def __init__(self, signum):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.code = 128 + signum
+
+
+def log(message):
+    print(f"==> local: {message}", flush=True)
+
+
+def free_ports():
+    """Four free ports and a fifth with the next one free too (the workers' metrics), all distinct."""
+    script = "source ops/lib/common.sh; for i in 1 2 3 4; do tg_free_port; done; tg_free_port 2"
+    for _ in range(20):
+        out = subprocess.run(["bash", "-c", script], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+        ports = [int(p) for p in out.split()]
+        if len(ports) == 5 and len(set(ports[:4]) | {ports[4], ports[4] + 1}) == 6:
+            return ports
+    raise Failed("could not find six distinct free ports")
+
+
+def ops_local(env, *args, timeout=120):
+    """Runs `bash ops/local ARGS`, its output shown as it comes and returned."""
+    lines = []
+
+    def copy(stream):
+        try:
+            for line in stream:
+                sys.stdout.write("    " + line)
+                sys.stdout.flush()
+                lines.append(line)
+        except ValueError:  # closed below, when a piece kept the pipe open
+            pass
+
+    with subprocess.Popen(["bash", "ops/local", *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        reader = threading.Thread(target=copy, args=(process.stdout,), daemon=True)
+        reader.start()
+        try:
+            status = process.wait(timeout=timeout)
+        except BaseException as error:
+            # Its own traps say what it left running; `down --purge` follows in main.
+            process.terminate()
+            process.wait()
+            reader.join(timeout=10)
+            if isinstance(error, subprocess.TimeoutExpired):
+                raise Failed(f"ops/local {' '.join(args)} still ran after {timeout}s")
+            raise
+        # The pieces `up` starts keep no copy of its output: the pipe ends with it.
+        reader.join(timeout=10)
+    return status, "".join(lines)
+
+
+def steps_printed(output):
+    """The "Try it yourself" block: {step number: its shell lines}, steps 1 to 7."""
+    steps, current = {}, None
+    for line in output.splitlines():
+        match = re.match(r"^# (\d+)\. ", line)
+        if match:
+            current = int(match.group(1))
+            steps[current] = []
+        elif current is not None and line.strip():
+            if line.startswith("==> "):
+                current = None
+            else:
+                steps[current].append(line)
+    if sorted(steps) != list(range(1, 8)) or not all(steps.values()):
+        raise Failed(f"up did not print the seven 'Try it yourself' steps (found {sorted(steps)})")
+    return steps
+
+
+def run_steps(steps, numbers, env):
+    """Runs the given steps in one bash, as pasted: {step: (stdout, stderr)}."""
+    script = ""
+    for n in numbers:
+        # On a line of its own: step 1's answer goes to stderr without a newline.
+        script += f"printf '\\n@@step {n}@@\\n' | tee /dev/stderr\n" + "\n".join(steps[n]) + "\n"
+    done = subprocess.run(["bash"], input=script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = re.split(r"\n@@step (\d+)@@\n", done.stdout)
+    err = re.split(r"\n@@step (\d+)@@\n", done.stderr)
+    if out[1::2] != err[1::2] or len(out[1::2]) != len(numbers):
+        raise Failed(f"the steps did not all run (exit {done.returncode}): {done.stderr.strip()[-300:]!r}")
+    return {int(out[i]): (out[i + 1], err[i + 1]) for i in range(1, len(out), 2)}
+
+
+def json_of(text, what):
+    """The JSON object on the last line of TEXT (curl's answer; `echo` ends it)."""
+    try:
+        value = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        value = None
+    if not isinstance(value, dict):
+        raise Failed(f"{what} did not answer a JSON object: {text.strip()[:300]!r}")
+    return value
+
+
+def job_of(step1):
+    out, err = step1
+    match = re.search(r"^JOB=(\S+)$", out, flags=re.M)
+    if not match:
+        raise Failed(f"step 1 set no JOB (stdout {out.strip()[:200]!r}, stderr {err.strip()[:300]!r})")
+    answer = json_of(err, "step 1 (POST /apple/payment)")
+    if answer.get("jobId") != match.group(1) or answer.get("message") != "OK":
+        raise Failed(f"step 1 answered {answer}")
+    return match.group(1)
+
+
+def check(env, output):
+    steps = steps_printed(output)
+    results = run_steps(steps, range(1, 7), env)
+    job = job_of(results[1])
+    log(f"step 1: receipt accepted, job {job}")
+    record = json_of(results[2][0], "step 2 (the job)")
+    if record.get("jobId") != job or record.get("customerEmail") != DEMO_EMAIL:
+        raise Failed(f"step 2 answered {record}")
+    log(f"step 2: the job reads {record.get('status')!r}")
+    access = json_of(results[3][0], "step 3 (the access status)")
+    if access.get("accessGranted") is not True:
+        raise Failed(f"step 3: the demo receipt's premium access is not granted: {access}")
+    log("step 3: premium access granted")
+    wallet = json_of(results[4][0], "step 4 (the wallet)")
+    if wallet.get("customerEmail") != DEMO_EMAIL or not isinstance(wallet.get("balances"), dict):
+        raise Failed(f"step 4 answered {wallet}")
+    queue = json_of(results[5][0], "step 5 (the queue counts)")
+    if not all(isinstance(queue.get(k), int) for k in ("queued", "processing", "retrying", "dead")):
+        raise Failed(f"step 5 answered {queue}")
+    if "tollgate_" not in results[6][0]:
+        raise Failed(f"step 6 printed no Tollgate metric: {results[6][0][:300]!r}")
+    log("steps 4-6: wallet, queue counts and worker metrics answered")
+
+    deadline = time.monotonic() + POLL_S
+    while True:
+        polled = run_steps(steps, [2, 4], env | {"JOB": job})
+        status = json_of(polled[2][0], "step 2 (the job)").get("status")
+        wallet = json_of(polled[4][0], "step 4 (the wallet)")
+        coins = wallet.get("balances", {}).get("coins")
+        if status in ("rejected", "failed"):
+            raise Failed(f"the coins job ended {status!r}: {polled[2][0].strip()}")
+        if status == "granted" and coins == COINS:
+            break
+        if time.monotonic() > deadline:
+            raise Failed(f"after {POLL_S}s the coins job reads {status!r} and the wallet {wallet}")
+        time.sleep(0.5)
+    log(f"the coins job granted; the wallet holds {coins} coins")
+    again = job_of(run_steps(steps, [1], env)[1])
+    if again != job:
+        raise Failed(f"the same receipt sent again answered job {again}, not {job}")
+    log("the same receipt sent again answered the same job")
+
+
+def leftovers(state, ports):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as source:
+                cmd = source.read().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if state + "/" in cmd or cwd == state or cwd.startswith(state + "/"):
+            found.append(f"process {pid} ({cmd.strip()[:80]})")
+    listening = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
+    for port in ports:
+        if re.search(rf":{port}\s", listening):
+            found.append(f"port {port} still listening")
+    if os.path.exists(state):
+        found.append(f"{state} still exists")
+    return found
+
+
+def main():
+    if len(sys.argv) != 1 or not os.environ.get("TOLLGATE_LOCAL_DIR"):
+        sys.exit(__doc__)
+    state = os.path.realpath(os.environ["TOLLGATE_LOCAL_DIR"])
+    if os.path.exists(state):
+        sys.exit(f"{state} exists already: give a folder that does not")
+    def stop(signum, _frame):
+        raise Stopped(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    pg, redis, emulator, api, metrics = free_ports()
+    ports = [pg, redis, emulator, api, metrics, metrics + 1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOLLGATE_", "APPSTORE_EMULATOR_"))}
+    env |= {
+        "TOLLGATE_LOCAL_DIR": state, "TOLLGATE_LOCAL_PG_PORT": str(pg), "TOLLGATE_LOCAL_REDIS_PORT": str(redis),
+        "TOLLGATE_LOCAL_EMULATOR_PORT": str(emulator), "TOLLGATE_LOCAL_API_PORT": str(api),
+        "TOLLGATE_LOCAL_METRICS_BASE_PORT": str(metrics), "TOLLGATE_LOCAL_WORKERS": "2",
+    }
+    started, ok, down, code = time.monotonic(), False, False, 1
+    try:
+        log(f"bash ops/local up in {state} (PostgreSQL {pg}, Redis {redis}, emulator {emulator}, API {api}, "
+            f"metrics {metrics}-{metrics + 1})")
+        status, output = ops_local(env, "up", timeout=UP_TIMEOUT_S)
+        if status != 0:
+            raise Failed(f"ops/local up exited {status}")
+        log(f"up in {time.monotonic() - started:.0f}s; running the 'Try it yourself' steps")
+        check(env, output)
+        status, output = ops_local(env, "status")
+        if status != 0 or not all(f"{piece} " in output for piece in ("api", "worker-0", "worker-1", "emulator")):
+            raise Failed(f"ops/local status exited {status}")
+        log("status: every piece up")
+        ok = True
+    except Failed as failure:
+        log(f"FAILED: {failure}")
+        code = getattr(failure, "code", 1)
+    # A second signal must not cut the clean-up short.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    status, _ = ops_local(env, "down", "--purge")
+    down = status == 0
+    left = leftovers(state, ports)
+    if not down or left:
+        log(f"FAILED: down --purge exited {status}; left behind: {', '.join(left) or 'nothing'}")
+        ok = False
+    else:
+        log("down --purge left no process, port or folder behind")
+    log(f"{'passed' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
+    sys.exit(0 if ok else code)
+
+
+if __name__ == "__main__":
+    main()
