@@ -211,6 +211,7 @@ tg_drop_product_env() {
 # Falls back to a port the kernel picks when that range starts too low to leave room.
 # With COUNT (default 1): the first of COUNT consecutive free ports (no fallback then).
 tg_free_port() {
+  [[ "${1:-1}" =~ ^[1-9][0-9]?$ ]] || tg_die "tg_free_port: COUNT must be 1-99, not '$1'"
   python3 - "${1:-1}" <<'PY'
 import contextlib, random, socket, sys
 count = int(sys.argv[1])

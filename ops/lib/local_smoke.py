@@ -10,10 +10,13 @@ worker's metrics) and checked: the demo receipt granted premium access, the coin
 the same receipt sent again answers the same job. Then `bash ops/local status` and `down --purge`, after
 which nothing of it may be left: no process, no listening port, no folder. `down --purge` runs on every
 way out (a failed check, SIGINT, SIGTERM). ops/test runs it after the whole suite; it needs root, as
-ops/local does. Exit 0 when every check held, 1 otherwise, with ops/local's own output above the reason.
+ops/local does. Exit 0 when every check held, 1 otherwise (128 + the signal when stopped by one), with
+ops/local's own output above the reason. `up` gets 420 s: enough after a build (ops/test has built), not
+always for a first build by hand (`swift build` first).
 DIR comes from the environment, not the command line: `down` counts a process naming it as a piece left running.
 """
 
+import fcntl
 import json
 import os
 import re
@@ -24,7 +27,7 @@ import threading
 import time
 
 ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-UP_TIMEOUT_S = 900
+UP_TIMEOUT_S = 420
 POLL_S = 60
 DEMO_EMAIL = "viewer@example.com"
 COINS = 100
@@ -62,30 +65,33 @@ def ops_local(env, *args, timeout=120):
     lines = []
 
     def copy(stream):
-        try:
-            for line in stream:
-                sys.stdout.write("    " + line)
-                sys.stdout.flush()
-                lines.append(line)
-        except ValueError:  # closed below, when a piece kept the pipe open
-            pass
+        for line in stream:
+            sys.stdout.write("    " + line)
+            sys.stdout.flush()
+            lines.append(line)
 
-    with subprocess.Popen(["bash", "ops/local", *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
-        reader = threading.Thread(target=copy, args=(process.stdout,), daemon=True)
-        reader.start()
+    process = subprocess.Popen(["bash", "ops/local", *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    reader = threading.Thread(target=copy, args=(process.stdout,), daemon=True)
+    reader.start()
+    try:
+        status = process.wait(timeout=timeout)
+    except BaseException as error:
+        # Its own traps say what it left running; `down --purge` follows in main. Bash runs its TERM trap
+        # only once the command in front ends (a build, apt waiting for its lock): then it is killed.
+        process.terminate()
         try:
-            status = process.wait(timeout=timeout)
-        except BaseException as error:
-            # Its own traps say what it left running; `down --purge` follows in main.
-            process.terminate()
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
             process.wait()
-            reader.join(timeout=10)
-            if isinstance(error, subprocess.TimeoutExpired):
-                raise Failed(f"ops/local {' '.join(args)} still ran after {timeout}s")
-            raise
-        # The pieces `up` starts keep no copy of its output: the pipe ends with it.
-        reader.join(timeout=10)
+        if isinstance(error, subprocess.TimeoutExpired):
+            raise Failed(f"ops/local {' '.join(args)} still ran after {timeout}s")
+        raise
+    # Every piece `up` starts writes to its own log: the pipe ends with `up`.
+    reader.join(timeout=10)
+    if reader.is_alive():
+        raise Failed(f"ops/local {' '.join(args)} ended, but something it started still holds its output open")
     return status, "".join(lines)
 
 
@@ -113,7 +119,11 @@ def run_steps(steps, numbers, env):
     for n in numbers:
         # On a line of its own: step 1's answer goes to stderr without a newline.
         script += f"printf '\\n@@step {n}@@\\n' | tee /dev/stderr\n" + "\n".join(steps[n]) + "\n"
-    done = subprocess.run(["bash"], input=script, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run(["bash"], input=script, cwd=ROOT, env=env, capture_output=True, text=True,
+                              errors="replace", timeout=120)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"steps {list(numbers)} still ran after 120s (the API or a worker stopped answering?)")
     out = re.split(r"\n@@step (\d+)@@\n", done.stdout)
     err = re.split(r"\n@@step (\d+)@@\n", done.stderr)
     if out[1::2] != err[1::2] or len(out[1::2]) != len(numbers):
@@ -160,7 +170,7 @@ def check(env, output):
     if wallet.get("customerEmail") != DEMO_EMAIL or not isinstance(wallet.get("balances"), dict):
         raise Failed(f"step 4 answered {wallet}")
     queue = json_of(results[5][0], "step 5 (the queue counts)")
-    if not all(isinstance(queue.get(k), int) for k in ("queued", "processing", "retrying", "dead")):
+    if not all(type(queue.get(k)) is int for k in ("queued", "processing", "retrying", "dead")):
         raise Failed(f"step 5 answered {queue}")
     if "tollgate_" not in results[6][0]:
         raise Failed(f"step 6 printed no Tollgate metric: {results[6][0][:300]!r}")
@@ -171,7 +181,7 @@ def check(env, output):
         polled = run_steps(steps, [2, 4], env | {"JOB": job})
         status = json_of(polled[2][0], "step 2 (the job)").get("status")
         wallet = json_of(polled[4][0], "step 4 (the wallet)")
-        coins = wallet.get("balances", {}).get("coins")
+        coins = (wallet.get("balances") or {}).get("coins")
         if status in ("rejected", "failed"):
             raise Failed(f"the coins job ended {status!r}: {polled[2][0].strip()}")
         if status == "granted" and coins == COINS:
@@ -186,21 +196,34 @@ def check(env, output):
     log("the same receipt sent again answered the same job")
 
 
+def wait_for_lock(state, seconds=60):
+    """Waits until no `up` or `down` holds ops/local's lock on STATE: a stopped `up`'s children (a build,
+    say) hold it until they have exited, and `down` would refuse to run meanwhile."""
+    try:
+        lock = open(os.path.join(state, ".lock"), "rb")
+    except OSError:
+        return
+    with lock:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return  # `down` says who holds it
+                time.sleep(0.2)
+
+
 def leftovers(state, ports):
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as source:
-                cmd = source.read().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if state + "/" in cmd or cwd == state or cwd.startswith(state + "/"):
-            found.append(f"process {pid} ({cmd.strip()[:80]})")
-    listening = subprocess.run(["ss", "-Hltn"], capture_output=True, text=True).stdout
-    for port in ports:
-        if re.search(rf":{port}\s", listening):
-            found.append(f"port {port} still listening")
+    """What is left of the system: processes naming the folder, listening ports (ops/lib/common.sh's
+    helpers, as `down` uses them, but asked afresh), the folder itself."""
+    script = ('source ops/lib/common.sh; for pid in $(tg_pids_matching "$1"); do printf "process %s (%s)\\n" "$pid" '
+              '"$(tr "\\0" " " </proc/$pid/cmdline 2>/dev/null | cut -c1-80)"; done; shift; '
+              'for port in "$@"; do tg_port_listening "$port" && printf "port %s still listening\\n" "$port"; done; true')
+    found = subprocess.run(["bash", "-c", script, "leftovers", state, *map(str, ports)], cwd=ROOT,
+                           capture_output=True, text=True, errors="replace").stdout.splitlines()
     if os.path.exists(state):
         found.append(f"{state} still exists")
     return found
@@ -212,12 +235,21 @@ def main():
     state = os.path.realpath(os.environ["TOLLGATE_LOCAL_DIR"])
     if os.path.exists(state):
         sys.exit(f"{state} exists already: give a folder that does not")
+
     def stop(signum, _frame):
+        # The first signal stops the checks; later ones (`timeout` passes a TERM on to its whole group, this
+        # process included) must not cut the clean-up short. `down` inherits SIG_IGN: it starts nothing that
+        # stays, is bounded by its timeout here, and a KILL still ends it.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise Stopped(signum)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    pg, redis, emulator, api, metrics = free_ports()
+    try:
+        pg, redis, emulator, api, metrics = free_ports()
+    except (Failed, subprocess.CalledProcessError, ValueError) as failure:
+        sys.exit(f"==> local: FAILED: no free ports ({failure})")
     ports = [pg, redis, emulator, api, metrics, metrics + 1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TOLLGATE_", "APPSTORE_EMULATOR_"))}
     env |= {
@@ -239,13 +271,18 @@ def main():
             raise Failed(f"ops/local status exited {status}")
         log("status: every piece up")
         ok = True
-    except Failed as failure:
-        log(f"FAILED: {failure}")
+    except Exception as failure:  # every way out ends with down --purge, a check's own defect too
+        log(f"FAILED: {failure}" if isinstance(failure, Failed) else f"FAILED: {type(failure).__name__}: {failure}")
         code = getattr(failure, "code", 1)
-    # A second signal must not cut the clean-up short.
+    # No signal cuts the clean-up short (see `stop`).
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    status, _ = ops_local(env, "down", "--purge")
+    wait_for_lock(state)
+    try:
+        status, _ = ops_local(env, "down", "--purge")
+    except Failed as failure:
+        log(f"FAILED: {failure}")
+        status = None
     down = status == 0
     left = leftovers(state, ports)
     if not down or left:
