@@ -248,6 +248,8 @@ def main():
     signal.signal(signal.SIGINT, stop)
     try:
         pg, redis, emulator, api, metrics = free_ports()
+    except Stopped as stopped:  # nothing started yet
+        sys.exit(stopped.code)
     except (Failed, subprocess.CalledProcessError, ValueError) as failure:
         sys.exit(f"==> local: FAILED: no free ports ({failure})")
     ports = [pg, redis, emulator, api, metrics, metrics + 1]
@@ -257,7 +259,7 @@ def main():
         "TOLLGATE_LOCAL_EMULATOR_PORT": str(emulator), "TOLLGATE_LOCAL_API_PORT": str(api),
         "TOLLGATE_LOCAL_METRICS_BASE_PORT": str(metrics), "TOLLGATE_LOCAL_WORKERS": "2",
     }
-    started, ok, down, code = time.monotonic(), False, False, 1
+    started, ok, code = time.monotonic(), False, 1
     try:
         log(f"bash ops/local up in {state} (PostgreSQL {pg}, Redis {redis}, emulator {emulator}, API {api}, "
             f"metrics {metrics}-{metrics + 1})")
