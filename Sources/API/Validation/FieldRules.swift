@@ -7,7 +7,8 @@ enum FieldRules {
     /// letters (KELVIN SIGN to `k`), which would name another customer.
     static func email(_ text: String, field: String = "customerEmail") throws -> String {
         let trimmed = Self.trimmingSpaces(text)
-        let invalid = APIError.invalid(field, code: "invalid_email", "\(field) must be an email address of at most 254 characters")
+        // Built only when thrown: an accepted receipt's email is checked on the hot path.
+        var invalid: APIError { APIError.invalid(field, code: "invalid_email", "\(field) must be an email address of at most 254 characters") }
         guard trimmed.utf8.allSatisfy({ $0 < 0x80 }) else { throw invalid }
         let email = trimmed.lowercased()
         let parts = email.utf8.split(separator: UInt8(ascii: "@"), omittingEmptySubsequences: false)
@@ -39,8 +40,10 @@ enum FieldRules {
     /// Lower-case letters, digits and ``!#$%&'*+/=?^_`{|}~.-``: what the local part may hold.
     private static func isLocalPartByte(_ byte: UInt8) -> Bool {
         switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"): true
-        default: "!#$%&'*+/=?^_`{|}~.-".utf8.contains(byte)
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "!"), UInt8(ascii: "#")...UInt8(ascii: "'"),
+            UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "/"), UInt8(ascii: "="), UInt8(ascii: "?"),
+            UInt8(ascii: "^"), UInt8(ascii: "_"), UInt8(ascii: "`"), UInt8(ascii: "{")...UInt8(ascii: "~"): true
+        default: false
         }
     }
 
@@ -102,8 +105,8 @@ enum FieldRules {
     /// `X-Forwarded-For` list ("client, proxy, …"); anything else is not kept. The field is optional and
     /// informational, so it never refuses a paid receipt: CONTRACT.md's 422 list does not name it.
     static func clientAddress(_ text: String) -> String? {
-        let first = text.split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        let candidate = first.trimmingCharacters(in: .whitespaces)
+        let comma = text.utf8.firstIndex(of: UInt8(ascii: ",")) ?? text.utf8.endIndex
+        let candidate = Self.trimmingSpaces(comma == text.utf8.endIndex ? text : String(text[..<comma]))
         var v4 = in_addr()
         var v6 = in6_addr()
         // inet_pton reads a C string: an embedded NUL would hide whatever follows it from the check.

@@ -187,13 +187,17 @@ private struct Parser {
     mutating func string() throws(JSONValue.ParseError) -> String {
         self.position += 1
         let start = self.position
+        var ascii = true
         while let byte = self.current, byte != UInt8(ascii: "\""), byte != UInt8(ascii: "\\") {
             guard byte >= 0x20 else { throw .malformed }
+            ascii = ascii && byte < 0x80
             self.position += 1
         }
         guard let stop = self.current else { throw .malformed }
         if stop == UInt8(ascii: "\"") {
-            let text = String(validating: UnsafeRawBufferPointer(rebasing: self.bytes[start..<self.position]), as: UTF8.self)
+            let raw = UnsafeRawBufferPointer(rebasing: self.bytes[start..<self.position])
+            // ASCII is valid UTF-8 as it is: the common case skips the generic validation.
+            let text = ascii ? String(decoding: raw, as: UTF8.self) : String(validating: raw, as: UTF8.self)
             self.position += 1
             guard let text else { throw .malformed }
             return text

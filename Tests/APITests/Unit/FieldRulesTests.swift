@@ -29,6 +29,8 @@ struct FieldRulesTests {
         ("first.last@example.co.uk", "first.last@example.co.uk"),
         ("o'brien_1-2@my-domain.io", "o'brien_1-2@my-domain.io"),
         ("  viewer@example.com ", "viewer@example.com"),
+        // Every character a local part may hold besides letters and digits.
+        ("x!#$%&'*+/=?^_`{|}~.-x@example.com", "x!#$%&'*+/=?^_`{|}~.-x@example.com"),
     ])
     func validEmail(input: String, expected: String) throws {
         #expect(try FieldRules.email(input) == expected)
@@ -53,6 +55,9 @@ struct FieldRulesTests {
         // spaces other than space and tab.
         "\u{212A}ate@example.com", "viewer@\u{212A}ample.com", "\u{0130}nfo@example.com", "\u{00A0}viewer@example.com",
         "viewer@example.com\u{3000}",
+        // The printable ASCII characters a local part may not hold.
+        "a\"b@example.com", "a(b@example.com", "a)b@example.com", "a,b@example.com", "a:b@example.com", "a;b@example.com",
+        "a[b@example.com", "a\\b@example.com", "a]b@example.com", "a\u{7f}b@example.com",
         String(repeating: "a", count: 65) + "@example.com", "viewer@" + String(repeating: "b", count: 64) + ".com",
     ])
     func invalidEmail(input: String) {
@@ -136,6 +141,7 @@ struct FieldRulesTests {
 
     @Test("of an X-Forwarded-For list, the first address is kept; surrounding spaces are dropped", arguments: [
         ("192.168.1.1, 10.0.0.1", "192.168.1.1"), ("2001:db8::1,10.0.0.1", "2001:db8::1"), (" 192.168.1.1 ", "192.168.1.1"),
+        ("\t10.0.0.1\t", "10.0.0.1"), ("10.0.0.1 ,x", "10.0.0.1"), ("::1,", "::1"),
     ])
     func forwardedFor(input: String, kept: String) {
         #expect(FieldRules.clientAddress(input) == kept)
@@ -144,7 +150,7 @@ struct FieldRulesTests {
     @Test("anything else is not kept", arguments: [
         "", "256.1.1.1", "1.2.3", "1.2.3.4.5", "192.168.1.1/24", "example.com", "unknown, 10.0.0.1",
         "gggg::1", "2001:db8:::1", "1:2:3:4:5:6:7:8:9", "fe80::1%eth0", "192.168.1.1\u{0}junk", "::1\u{0}",
-        "192.168.001.001x", "localhost", "1.2.3.4:5678", String(repeating: "1", count: 100),
+        "192.168.001.001x", "localhost", "1.2.3.4:5678", String(repeating: "1", count: 100), ",10.0.0.1", "\u{00A0}10.0.0.1",
     ])
     func invalidIPAddress(input: String) {
         #expect(FieldRules.clientAddress(input) == nil)
