@@ -455,8 +455,9 @@ def report(args):
         "is off (`TOLLGATE_RATE_LIMIT_PER_S=0`), as one publisher posts everything here: with the default (1,000/s) "
         "the rest would be 429, and each accepted or access-status request would also run the limiter's Redis script.")
     add("- **Access status** polls each customer far more often than an app does (about twice a second against every "
-        "5 s), and its warm-up asks every customer once, in order, before any at random: the measured phase is "
-        "access-cache hits but for customers a slow warm-up did not reach, counted in its row.")
+        "5 s). Its warm-up asks every customer once, in order (one wrk thread, up to four warm-ups of the same "
+        "length until all were asked), so the measured phase, which asks at random, is access-cache hits; its row "
+        "counts them.")
     add("- **Fulfilment**: with the workers stopped, %s receipts (distinct customers) are posted; the emulator's latency "
         "is set to %s ms through `POST /emulator/config`; the worker(s) start; the rate is the number of ledger rows "
         "(`transactions`) that reached `fulfilled` divided by the time between the first and the last `fulfilled_at` "
