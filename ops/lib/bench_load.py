@@ -468,8 +468,10 @@ def report(args):
         "just before the atomic enqueue whose success it answers with 200 (so the figure includes the enqueue round trip "
         "and overstates slightly); *granted* is the `updatedAt` the worker writes in the same Redis script that turns the "
         "job's status to `granted`, after the PostgreSQL commit: the first moment `GET /v1/receipts/{jobId}` can read "
-        "`granted`. Both stamps are millisecond wall-clock times of this one machine. The client's view (from the moment "
-        "it read the 200 to the same granted stamp) is given alongside.")
+        "`granted`. Both stamps are the queue's clock in milliseconds: Redis' `TIME` as each process last read it, "
+        "carried by its monotonic clock, so the API's and the worker's readings may differ by half a round trip of "
+        "their best reading. The client's view (from the moment it read the 200, by this machine's wall clock, to "
+        "the same granted stamp) is given alongside.")
     add("- **Memory**: `VmHWM` (peak resident set) from `/proc/PID/status` of each process just before it is stopped; "
         "the API process serves every phase (accept, fills, open-loop loads, access status).")
     add("- **References**: the trivial route is the same API process; XADD runs on the same Redis server (a "

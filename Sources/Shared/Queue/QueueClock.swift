@@ -15,29 +15,43 @@ public final class QueueClock: Sendable {
     private let host: @Sendable () -> Int
     /// Redis' time minus `host()`: none until the first reading.
     private let offset = Atomic<Int>(0)
-    private let read = Atomic<Bool>(false)
+    /// The reading ``offset`` comes from.
+    private let adopted = Mutex<Reading?>(nil)
 
-    /// A reading whose round trip took longer than this says little about when Redis read its clock, and
-    /// is dropped while an earlier one stands.
-    static let slowestReadingMilliseconds = 1000
+    /// One reading of Redis' clock: Redis' time minus this host's at the midpoint of its round trip (so off
+    /// by at most half of it), and when it ended (`host()`).
+    struct Reading: Equatable {
+        var offset: Int
+        var roundTrip: Int
+        var at: Int
+    }
+
+    /// How far two hosts' clocks may drift apart between readings: 1 ms every 10 s (100 ppm, quartz that no
+    /// NTP disciplines). The reading in use is taken to be that much less exact as it ages.
+    static let millisecondsPerDriftedMillisecond = 10_000
 
     /// Creates the clock. `host` is this host's time in Unix ms (tests pass a skewed one).
     public init(host: @escaping @Sendable () -> Int = QueueClock.hostMilliseconds) {
         self.host = host
     }
 
+    /// The reading in use, if any.
+    var reading: Reading? { self.adopted.withLock { $0 } }
+
     /// Now, in Unix milliseconds by Redis' clock (by this host's until the first reading).
     public func nowMilliseconds() -> Int {
         self.host() + self.offset.load(ordering: .relaxed)
     }
 
-    /// Reads Redis' `TIME` three times and takes the reading with the shortest round trip as now at that
+    /// Reads Redis' `TIME` three times and keeps the reading with the shortest round trip, as now at that
     /// round trip's midpoint (off by at most half of it: a busy host resumes a task late, and a late
-    /// resumption looks like a slow answer). Returns how far this host's clock is from Redis' (ms, positive
-    /// when this host's runs ahead), or `nil` when every reading was too slow to replace an earlier one.
+    /// resumption looks like a slow answer). It replaces the reading in use only when it is at least as exact
+    /// as that one has become, or when the two cannot both be right (``replaces(_:)``): a reading taken while
+    /// the machine is saturated, tens of milliseconds off, does not move a clock set by a quick one. Returns
+    /// how far this host's clock is from Redis' by the reading in use (ms, positive when this host's runs ahead).
     @discardableResult
-    public func synchronize(with redis: RedisClient) async throws -> Int? {
-        var best: (roundTrip: Int, offset: Int)?
+    public func synchronize(with redis: RedisClient) async throws -> Int {
+        var best: Reading?
         for _ in 0..<3 {
             let before = self.host()
             let reply = try await redis.send("TIME")
@@ -47,14 +61,15 @@ public final class QueueClock: Sendable {
             else {
                 throw RedisError(.protocolViolation, "TIME returned an unexpected reply")
             }
-            let reading = (roundTrip: after - before, offset: seconds * 1000 + microseconds / 1000 - (before + after) / 2)
+            let reading = Reading(offset: seconds * 1000 + microseconds / 1000 - (before + after) / 2, roundTrip: after - before, at: after)
             if best.map({ reading.roundTrip < $0.roundTrip }) ?? true { best = reading }
         }
-        guard let best else { return nil }
-        if best.roundTrip > Self.slowestReadingMilliseconds, self.read.load(ordering: .relaxed) { return nil }
-        self.offset.store(best.offset, ordering: .relaxed)
-        self.read.store(true, ordering: .relaxed)
-        return -best.offset
+        let offset = self.adopted.withLock { adopted in
+            if let best, adopted.map({ best.replaces($0) }) ?? true { adopted = best }
+            return adopted?.offset ?? 0
+        }
+        self.offset.store(offset, ordering: .relaxed)
+        return -offset
     }
 
     private static let start = (wall: WallClock.nowMilliseconds(), monotonic: ContinuousClock.now)
@@ -64,6 +79,20 @@ public final class QueueClock: Sendable {
     public static func hostMilliseconds() -> Int {
         let elapsed = (ContinuousClock.now - Self.start.monotonic).components
         return Self.start.wall + Int(elapsed.seconds) * 1000 + Int(elapsed.attoseconds / 1_000_000_000_000_000)
+    }
+}
+
+extension QueueClock.Reading {
+    /// Whether this reading replaces `current`, the one in use: when its round trip is no longer than
+    /// `current`'s plus twice what the clocks may have drifted since (each reading is off by at most half its
+    /// round trip), or when the two readings' ranges do not meet, so that one of the clocks stepped since
+    /// `current` (an NTP correction, an operator): then the newer is the one that can be right. Both offsets
+    /// are whole milliseconds, so ranges that miss by less than that are taken to meet.
+    func replaces(_ current: QueueClock.Reading) -> Bool {
+        let drift = max(0, self.at - current.at) / QueueClock.millisecondsPerDriftedMillisecond
+        let widened = current.roundTrip + 2 * drift
+        if self.roundTrip <= widened { return true }
+        return abs(self.offset - current.offset) * 2 > self.roundTrip + widened + 2
     }
 }
 
@@ -90,13 +119,12 @@ public struct QueueClockSync: Service, CustomStringConvertible {
             var warned = false
             while !Task.isCancelled {
                 do {
-                    if let skew = try await self.queue.synchronizeClock() {
-                        let skewed = abs(skew) > 1000
-                        if skewed, !warned {
-                            self.logger.warning("this host's clock is off from Redis' clock; the queue keeps Redis' time", metadata: ["skew_ms": "\(skew)"])
-                        }
-                        warned = skewed
+                    let skew = try await self.queue.synchronizeClock()
+                    let skewed = abs(skew) > 1000
+                    if skewed, !warned {
+                        self.logger.warning("this host's clock is off from Redis' clock; the queue keeps Redis' time", metadata: ["skew_ms": "\(skew)"])
                     }
+                    warned = skewed
                 } catch {
                     // The last reading stands; readiness reports the outage.
                     self.logger.debug("cannot read Redis' clock", metadata: ["error": "\(error)"])

@@ -57,9 +57,9 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// Reads Redis' clock into ``clock`` (``QueueClock/synchronize(with:)``): how far this host's wall
-    /// clock is from it, in ms, or `nil` for a reading too slow to use.
+    /// clock is from it, in ms.
     @discardableResult
-    public func synchronizeClock() async throws -> Int? {
+    public func synchronizeClock() async throws -> Int {
         try await self.clock.synchronize(with: self.redis)
     }
 
