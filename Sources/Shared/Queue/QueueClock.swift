@@ -9,7 +9,9 @@ import Synchronization
 /// processes on hosts whose wall clocks disagree still agree on it: a worker whose clock runs a minute
 /// behind would otherwise park retries that a peer's promoter releases at once, and one whose clock runs
 /// ahead would end jobs at the age limit early. A wall-clock step on this host between readings changes
-/// nothing; the next reading takes in a step of Redis' host.
+/// nothing. A step of Redis' host is taken in by the first reading after it that is as exact as the one in
+/// use, or whose range does not meet that one's (``synchronize(with:)``); until then the clock stays within
+/// the slower reading's range of Redis' time.
 public final class QueueClock: Sendable {
     /// This host's time in Unix ms, carried monotonically.
     private let host: @Sendable () -> Int
@@ -44,8 +46,8 @@ public final class QueueClock: Sendable {
     }
 
     /// Reads Redis' `TIME` three times and keeps the reading with the shortest round trip, as now at that
-    /// round trip's midpoint (off by at most half of it: a busy host resumes a task late, and a late
-    /// resumption looks like a slow answer). It replaces the reading in use only when it is at least as exact
+    /// round trip's midpoint (off by at most half of it, and 2 ms for the whole milliseconds it is read in: a
+    /// busy host resumes a task late, and a late resumption looks like a slow answer). It replaces the reading in use only when it is at least as exact
     /// as that one has become, or when the two cannot both be right (``replaces(_:)``): a reading taken while
     /// the machine is saturated, tens of milliseconds off, does not move a clock set by a quick one. Returns
     /// how far this host's clock is from Redis' by the reading in use (ms, positive when this host's runs ahead).
@@ -64,11 +66,14 @@ public final class QueueClock: Sendable {
             let reading = Reading(offset: seconds * 1000 + microseconds / 1000 - (before + after) / 2, roundTrip: after - before, at: after)
             if best.map({ reading.roundTrip < $0.roundTrip }) ?? true { best = reading }
         }
+        // Stored under the lock: two synchronisations at once (the queue's preparation and the clock's
+        // service, at start) must not leave the offset of a reading the other one replaced.
         let offset = self.adopted.withLock { adopted in
             if let best, adopted.map({ best.replaces($0) }) ?? true { adopted = best }
-            return adopted?.offset ?? 0
+            let offset = adopted?.offset ?? 0
+            self.offset.store(offset, ordering: .relaxed)
+            return offset
         }
-        self.offset.store(offset, ordering: .relaxed)
         return -offset
     }
 
@@ -86,13 +91,14 @@ extension QueueClock.Reading {
     /// Whether this reading replaces `current`, the one in use: when its round trip is no longer than
     /// `current`'s plus twice what the clocks may have drifted since (each reading is off by at most half its
     /// round trip), or when the two readings' ranges do not meet, so that one of the clocks stepped since
-    /// `current` (an NTP correction, an operator): then the newer is the one that can be right. Both offsets
-    /// are whole milliseconds, so ranges that miss by less than that are taken to meet.
+    /// `current` (an NTP correction, an operator): then the newer is the one that can be right. Each reading
+    /// is taken in whole milliseconds (Redis' `TIME`, the host's clock, the midpoint), which puts it up to
+    /// 2 ms further off: ranges that miss by less than that are taken to meet.
     func replaces(_ current: QueueClock.Reading) -> Bool {
         let drift = max(0, self.at - current.at) / QueueClock.millisecondsPerDriftedMillisecond
         let widened = current.roundTrip + 2 * drift
         if self.roundTrip <= widened { return true }
-        return abs(self.offset - current.offset) * 2 > self.roundTrip + widened + 2
+        return abs(self.offset - current.offset) * 2 > self.roundTrip + widened + 8
     }
 }
 
