@@ -3,8 +3,9 @@
 
     TOLLGATE_LOCAL_DIR=DIR python3 ops/lib/local_smoke.py
 
-`bash ops/local up` with its state in DIR (which must not exist yet) and on free ports of its own, so a
-system already up on the default ports is left alone; then the "Try it yourself" steps it prints, run
+`bash ops/local up` with its state in DIR (which must not exist yet), on ops/local's default ports when
+all of them are free (the command as the README gives it), else on free ports of its own, so a system
+already up on the default ports is left alone; then the "Try it yourself" steps it prints, run
 as printed (steps 1-6: a coins receipt, its job, the access status, the wallet, the queue counts, a
 worker's metrics) and checked: the demo receipt granted premium access, the coins arrive in the wallet,
 the same receipt sent again answers the same job. Then `bash ops/local status` and `down --purge`, after
@@ -31,6 +32,8 @@ UP_TIMEOUT_S = 420
 POLL_S = 60
 DEMO_EMAIL = "viewer@example.com"
 COINS = 100
+# ops/local's defaults (its PG_PORT=… lines): PostgreSQL, Redis, the emulator, the API, the first worker's metrics.
+DEFAULT_PORTS = [5432, 6379, 9090, 8080, 9464]
 
 
 class Failed(Exception):
@@ -47,6 +50,14 @@ class Stopped(Failed):
 
 def log(message):
     print(f"==> local: {message}", flush=True)
+
+
+def busy(ports):
+    """The PORTS something listens on (ops/lib/common.sh's `tg_port_listening`, as `up` and `down` ask)."""
+    script = 'source ops/lib/common.sh; for port in "$@"; do tg_port_listening "$port" && echo "$port"; done; true'
+    out = subprocess.run(["bash", "-c", script, "busy", *map(str, ports)], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
 
 
 def free_ports():
@@ -220,10 +231,10 @@ def leftovers(state, ports):
     """What is left of the system: processes naming the folder, listening ports (ops/lib/common.sh's
     helpers, as `down` uses them, but asked afresh), the folder itself."""
     script = ('source ops/lib/common.sh; for pid in $(tg_pids_matching "$1"); do printf "process %s (%s)\\n" "$pid" '
-              '"$(tr "\\0" " " </proc/$pid/cmdline 2>/dev/null | cut -c1-80)"; done; shift; '
-              'for port in "$@"; do tg_port_listening "$port" && printf "port %s still listening\\n" "$port"; done; true')
-    found = subprocess.run(["bash", "-c", script, "leftovers", state, *map(str, ports)], cwd=ROOT,
+              '"$(tr "\\0" " " </proc/$pid/cmdline 2>/dev/null | cut -c1-80)"; done')
+    found = subprocess.run(["bash", "-c", script, "leftovers", state], cwd=ROOT,
                            capture_output=True, text=True, errors="replace").stdout.splitlines()
+    found += [f"port {port} still listening" for port in busy(ports)]
     if os.path.exists(state):
         found.append(f"{state} still exists")
     return found
@@ -246,22 +257,26 @@ def main():
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOLLGATE_", "APPSTORE_EMULATOR_"))}
+    env |= {"TOLLGATE_LOCAL_DIR": state, "TOLLGATE_LOCAL_WORKERS": "2"}
     try:
-        pg, redis, emulator, api, metrics = free_ports()
+        taken = busy(DEFAULT_PORTS + [DEFAULT_PORTS[-1] + 1])
+        chosen = free_ports() if taken else DEFAULT_PORTS
     except Stopped as stopped:  # nothing started yet
         sys.exit(stopped.code)
     except (Failed, subprocess.CalledProcessError, ValueError) as failure:
         sys.exit(f"==> local: FAILED: no free ports ({failure})")
-    ports = [pg, redis, emulator, api, metrics, metrics + 1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TOLLGATE_", "APPSTORE_EMULATOR_"))}
-    env |= {
-        "TOLLGATE_LOCAL_DIR": state, "TOLLGATE_LOCAL_PG_PORT": str(pg), "TOLLGATE_LOCAL_REDIS_PORT": str(redis),
-        "TOLLGATE_LOCAL_EMULATOR_PORT": str(emulator), "TOLLGATE_LOCAL_API_PORT": str(api),
-        "TOLLGATE_LOCAL_METRICS_BASE_PORT": str(metrics), "TOLLGATE_LOCAL_WORKERS": "2",
-    }
+    pg, redis, emulator, api, metrics = chosen
+    if taken:
+        log(f"default port(s) {', '.join(map(str, taken))} in use: free ports instead")
+        env |= {"TOLLGATE_LOCAL_PG_PORT": str(pg), "TOLLGATE_LOCAL_REDIS_PORT": str(redis),
+                "TOLLGATE_LOCAL_EMULATOR_PORT": str(emulator), "TOLLGATE_LOCAL_API_PORT": str(api),
+                "TOLLGATE_LOCAL_METRICS_BASE_PORT": str(metrics)}
+
     started, ok, code = time.monotonic(), False, 1
     try:
-        log(f"bash ops/local up in {state} (PostgreSQL {pg}, Redis {redis}, emulator {emulator}, API {api}, "
+        how = "free ports" if taken else "its default ports"
+        log(f"bash ops/local up in {state} on {how} (PostgreSQL {pg}, Redis {redis}, emulator {emulator}, API {api}, "
             f"metrics {metrics}-{metrics + 1})")
         status, output = ops_local(env, "up", timeout=UP_TIMEOUT_S)
         if status != 0:
@@ -286,7 +301,7 @@ def main():
         log(f"FAILED: {failure}")
         status = None
     down = status == 0
-    left = leftovers(state, ports)
+    left = leftovers(state, chosen + [chosen[-1] + 1])
     if not down or left:
         log(f"FAILED: down --purge exited {status}; left behind: {', '.join(left) or 'nothing'}")
         ok = False
