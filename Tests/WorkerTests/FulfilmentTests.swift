@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Shared
+@testable import Shared
 import Testing
 import TestSupport
 @testable import Worker
@@ -110,6 +110,38 @@ struct FulfilmentTests {
             // Decided again on the same answer: Apple was asked once.
             #expect(try await harness.emulatorStats().production == before + 1)
         }
+    }
+
+    @Test("an expired catalog entry is refreshed by one job while the others go on with it, not asked of PostgreSQL by each")
+    func catalogRefreshedByOneJob() async throws {
+        let cache: ExpiringCache<UUID, Int> = Fulfiller.catalogCache()
+        let publisher = UUID()
+        let second: UInt64 = 1_000_000_000
+        #expect(await cache.value(for: publisher, now: 0) { 1 } == 1)
+        #expect(await cache.value(for: publisher, now: 4 * second) { 2 } == 1, "within its 5 s")
+        let (released, release) = AsyncStream.makeStream(of: Void.self)
+        let (began, started) = AsyncStream.makeStream(of: Void.self)
+        // One job's refresh, waiting for a pooled connection as under load.
+        let refresh = Task {
+            await cache.value(for: publisher, now: 6 * second) {
+                started.yield()
+                for await _ in released { break }
+                return 3
+            }
+        }
+        for await _ in began { break }
+        var loads = 0
+        for job in 0..<100 {
+            let catalog = await cache.value(for: publisher, now: 6 * second + UInt64(job)) {
+                loads += 1
+                return 4
+            }
+            #expect(catalog == 1, "the jobs in flight go on with the entry being refreshed")
+        }
+        #expect(loads == 0, "only the refreshing job asks PostgreSQL")
+        release.yield()
+        #expect(await refresh.value == 3)
+        #expect(await cache.value(for: publisher, now: 7 * second) { 5 } == 3, "the refreshed catalog, fresh")
     }
 
     @Test("an app added to an offer after the worker cached the catalog: its sandbox receipt and its own shared secret are tried, not refused on the cached apps")
