@@ -100,55 +100,52 @@ struct ExpiringCacheTests {
         await #expect(throws: Down.self) { try await cache.value(for: "k", now: 7 * Self.second) { throw Down() } }
     }
 
-    /// A load that hangs until `release` is called, as one from a stalled PostgreSQL does: `start` returns once it began.
+    /// One caller's load of "k" that hangs until `release()`, as one from a stalled PostgreSQL does, and `count`
+    /// callers waiting for it that count their own loads (each loading `value`). `start` returns once they all wait.
     struct HeldLoad {
-        let released: AsyncStream<Void>
-        let release: AsyncStream<Void>.Continuation
-        let began: AsyncStream<Void>
-        let started: AsyncStream<Void>.Continuation
+        let first: Task<Int?, any Error>
+        let waiting: [Task<Int?, Never>]
+        let loads: Counter
+        private let released: AsyncStream<Void>.Continuation
 
-        init() {
-            (self.released, self.release) = AsyncStream.makeStream(of: Void.self)
-            (self.began, self.started) = AsyncStream.makeStream(of: Void.self)
-        }
-
-        func start(_ cache: ExpiringCache<String, Int>, now: UInt64, result: @escaping @Sendable () throws -> Int?) async -> Task<Int?, any Error> {
-            let task = Task {
-                try await cache.value(for: "k", now: now) {
-                    self.started.yield()
-                    for await _ in self.released { break }
+        static func start(
+            _ cache: ExpiringCache<String, Int>, at firstAt: UInt64, waiters count: Int, at now: UInt64, loading value: Int,
+            first result: @escaping @Sendable () throws -> Int?
+        ) async throws -> HeldLoad {
+            let (released, release) = AsyncStream.makeStream(of: Void.self)
+            let (began, started) = AsyncStream.makeStream(of: Void.self)
+            let first = Task {
+                try await cache.value(for: "k", now: firstAt) {
+                    started.yield()
+                    for await _ in released { break }
                     return try result()
                 }
             }
-            for await _ in self.began { break }
-            return task
+            for await _ in began { break }
+            let loads = Counter()
+            let waiting = (0..<count).map { _ in
+                Task { await cache.value(for: "k", now: now) { loads.add(); return value } }
+            }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while cache.waiters(for: "k") < count {
+                try #require(ContinuousClock.now < deadline, "\(cache.waiters(for: "k")) of \(count) callers wait")
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            return HeldLoad(first: first, waiting: waiting, loads: loads, released: release)
         }
-    }
 
-    /// Starts `count` lookups of "k" that count their own loads, and returns once all of them wait for the load under way.
-    static func waiting(_ count: Int, on cache: ExpiringCache<String, Int>, now: UInt64, loads: Counter, loading value: Int) async throws -> [Task<Int?, Never>] {
-        let tasks = (0..<count).map { _ in
-            Task { await cache.value(for: "k", now: now) { loads.add(); return value } }
-        }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while cache.waiters(for: "k") < count {
-            try #require(ContinuousClock.now < deadline, "\(cache.waiters(for: "k")) of \(count) callers wait")
-            try await Task.sleep(for: .milliseconds(1))
-        }
-        return tasks
+        /// Lets the first caller's load return.
+        func release() { self.released.yield() }
     }
 
     @Test("a key nobody has cached is loaded by one caller while the others wait for its value, as when a process starts under load")
     func coldKeyLoadedOnce() async throws {
         let cache = ExpiringCache<String, Int>(lifetime: 5)
-        let held = HeldLoad()
-        let first = await held.start(cache, now: 0) { 1 }
-        let loads = Counter()
-        let waiting = try await Self.waiting(50, on: cache, now: 1, loads: loads, loading: 2)
-        held.release.yield()
-        #expect(try await first.value == 1)
-        for task in waiting { #expect(await task.value == 1, "the value the first caller loaded") }
-        #expect(loads.value == 0, "only the first caller loads")
+        let held = try await HeldLoad.start(cache, at: 0, waiters: 50, at: 1, loading: 2) { 1 }
+        held.release()
+        #expect(try await held.first.value == 1)
+        for task in held.waiting { #expect(await task.value == 1, "the value the first caller loaded") }
+        #expect(held.loads.value == 0, "only the first caller loads")
         #expect(await cache.value(for: "k", now: 2) { 3 } == 1, "and it is kept")
         #expect(cache.waiters(for: "k") == 0)
     }
@@ -157,59 +154,47 @@ struct ExpiringCacheTests {
     func expiredKeyLoadedOnce() async throws {
         let cache = ExpiringCache<String, Int>(lifetime: 5)
         #expect(await cache.value(for: "k", now: 0) { 1 } == 1)
-        let held = HeldLoad()
-        let refresh = await held.start(cache, now: 6 * Self.second) { 2 }
-        let loads = Counter()
-        let waiting = try await Self.waiting(20, on: cache, now: 6 * Self.second + 1, loads: loads, loading: 3)
-        held.release.yield()
-        #expect(try await refresh.value == 2)
-        for task in waiting { #expect(await task.value == 2, "the refreshed value, not the expired one") }
-        #expect(loads.value == 0)
+        let held = try await HeldLoad.start(cache, at: 6 * Self.second, waiters: 20, at: 6 * Self.second + 1, loading: 3) { 2 }
+        held.release()
+        #expect(try await held.first.value == 2)
+        for task in held.waiting { #expect(await task.value == 2, "the refreshed value, not the expired one") }
+        #expect(held.loads.value == 0)
     }
 
     @Test("when the load they wait for fails, each waiter loads for itself")
     func waitersLoadAfterFailure() async throws {
         let cache = ExpiringCache<String, Int>(lifetime: 5)
-        let held = HeldLoad()
-        let first = await held.start(cache, now: 0) { throw Down() }
-        let loads = Counter()
-        let waiting = try await Self.waiting(10, on: cache, now: 1, loads: loads, loading: 2)
-        held.release.yield()
-        await #expect(throws: Down.self) { try await first.value }
-        for task in waiting { #expect(await task.value == 2) }
-        #expect(loads.value == 10, "each waiter tried its own load")
+        let held = try await HeldLoad.start(cache, at: 0, waiters: 10, at: 1, loading: 2) { throw Down() }
+        held.release()
+        await #expect(throws: Down.self) { try await held.first.value }
+        for task in held.waiting { #expect(await task.value == 2) }
+        #expect(held.loads.value == 10, "each waiter tried its own load")
     }
 
     @Test("waiters of a load whose key was removed meanwhile look again: none answers the value read before the change")
     func waitersAfterRemove() async throws {
         let cache = ExpiringCache<String, Int>(lifetime: 5)
-        let held = HeldLoad()
-        let first = await held.start(cache, now: 0) {
+        let held = try await HeldLoad.start(cache, at: 0, waiters: 10, at: 1, loading: 2) {
             cache.remove("k")
             return 1
         }
-        let loads = Counter()
-        let waiting = try await Self.waiting(10, on: cache, now: 1, loads: loads, loading: 2)
-        held.release.yield()
-        #expect(try await first.value == 1, "the first caller answers what it read, as before")
-        for task in waiting { #expect(await task.value == 2, "loaded after the change") }
-        #expect(loads.value >= 1)
+        held.release()
+        #expect(try await held.first.value == 1, "the first caller answers what it read, as before")
+        for task in held.waiting { #expect(await task.value == 2, "loaded after the change") }
+        #expect(held.loads.value >= 1)
         #expect(await cache.value(for: "k", now: 2) { 3 } == 2)
     }
 
     @Test("a load past the limit no longer holds callers off: the next one loads, and the waiters take its value")
     func hungLoadReplaced() async throws {
         let cache = ExpiringCache<String, Int>(lifetime: 5)
-        let held = HeldLoad()
-        let hung = await held.start(cache, now: 0) { 1 }
-        let loads = Counter()
-        let waiting = try await Self.waiting(5, on: cache, now: 1, loads: loads, loading: 2)
+        let held = try await HeldLoad.start(cache, at: 0, waiters: 5, at: 1, loading: 2) { 1 }
         let limit = ExpiringCache<String, Int>.refreshLimitNanoseconds
         #expect(await cache.value(for: "k", now: limit + 1) { 3 } == 3, "loaded by the next caller")
-        for task in waiting { #expect(await task.value == 3, "the waiters had its value") }
-        #expect(loads.value == 0)
-        held.release.yield()
-        #expect(try await hung.value == 1)
+        for task in held.waiting { #expect(await task.value == 3, "the waiters had its value") }
+        #expect(held.loads.value == 0)
+        held.release()
+        #expect(try await held.first.value == 1)
     }
 
     /// Counts calls from closures.
