@@ -228,7 +228,7 @@ struct ControlRouteTests {
         }
     }
 
-    @Test("global latency lowered at runtime applies to the calls it finds waiting: set to 0, they answer at once", .timeLimit(.minutes(1)))
+    @Test("global latency lowered at runtime applies to the calls it finds waiting: set to 0, they answer without waiting it out", .timeLimit(.minutes(1)))
     func latencyLowered() async throws {
         let state = EmulatorState(settings: FaultSettings(latencyMs: 3_600_000, failRate: 0, failMode: .http503, timeoutHoldMs: 0))
         let receipt = Fixtures.receiptData(Fixtures.simpleScenario())
@@ -243,7 +243,7 @@ struct ControlRouteTests {
         }
     }
 
-    @Test("a stop signal cuts global and scenario latency short: the calls in flight answer at once", arguments: [(60_000, 0), (0, 60_000)])
+    @Test("a stop signal cuts global and scenario latency short: the calls in flight answer without waiting it out", arguments: [(60_000, 0), (0, 60_000)])
     func latencyReleased(global: Int, scenario: Int) async throws {
         let state = EmulatorState(settings: FaultSettings(latencyMs: global, failRate: 0, failMode: .http503, timeoutHoldMs: 0))
         let receipt = Fixtures.receiptData(Fixtures.simpleScenario(extra: #","latencyMs":\#(scenario)"#))

@@ -97,7 +97,7 @@ final class TollgateSystem: @unchecked Sendable {
     }
 
     /// Makes the emulator hold each verifyReceipt call for `milliseconds` from its admission (its runtime latency,
-    /// which calls already waiting out a latency take too: lowered to 0, they answer at once), and returns the
+    /// which calls already waiting out a latency take too: lowered to 0, they answer within 250 ms), and returns the
     /// production calls admitted until then: a count above it later means a call that holds.
     @discardableResult
     func setAppleLatency(milliseconds: Int) async throws -> Int {

@@ -14,10 +14,13 @@ actor EmulatorState {
     /// waiting, so a 30-second hold (or minutes of latency) does not hold up a graceful shutdown.
     /// Atomic, outside the actor's isolation: a delayed call checks it without a hop.
     private let holdsReleased = Atomic<Bool>(false)
+    /// The global latency as `settings` has it, for the calls waiting it out to read without a hop.
+    private let latencyMs: Atomic<Int>
 
     /// Creates the state with the process's starting fault settings.
     init(settings: FaultSettings = .defaults) {
         self.settings = settings
+        self.latencyMs = Atomic(settings.latencyMs)
     }
 
     /// Counts a call to the `endpoint` route; returns the global latency to serve it with.
@@ -65,6 +68,7 @@ actor EmulatorState {
         let result = update.applied(to: settings)
         if case .success(let updated) = result {
             settings = updated
+            latencyMs.store(updated.latencyMs, ordering: .relaxed)
         }
         return result
     }
@@ -87,16 +91,16 @@ actor EmulatorState {
         holdsReleased.store(true, ordering: .relaxed)
     }
 
-    /// Whether the process is stopping, so holds end at once.
+    /// Whether the process is stopping, so holds end (within ``holdStep``).
     nonisolated var holdsAreReleased: Bool {
         holdsReleased.load(ordering: .relaxed)
     }
 
     /// Waits out the global latency of a call admitted at `admitted` with `milliseconds` of it, as the setting
     /// stands while it waits: a runtime change applies to the calls already waiting (lowered to 0, Apple is
-    /// back at once for them too). Ends early once holds are released.
+    /// back for them too, within ``holdStep``). Ends early once holds are released.
     nonisolated func holdLatency(milliseconds: Int, admitted: ContinuousClock.Instant) async throws {
-        try await self.hold(from: admitted, milliseconds: milliseconds) { await self.currentSettings().latencyMs }
+        try await self.hold(from: admitted, milliseconds: milliseconds) { self.latencyMs.load(ordering: .relaxed) }
     }
 
     /// Waits up to `milliseconds`, or less once holds are released.
@@ -104,15 +108,21 @@ actor EmulatorState {
         try await self.hold(from: .now, milliseconds: milliseconds) { nil }
     }
 
+    /// How long a hold sleeps at most before it looks again at its duration and at a stop: how late a runtime
+    /// change or a stop signal may reach the calls already waiting. A hold no longer than this sleeps once. Each
+    /// sleep is a timer and two thread wake-ups: at 200 ms of latency, steps of 100 ms (two sleeps, and the
+    /// setting read on the actor after each) cost the emulator about a fifth of its CPU (ops/bench-profile.md).
+    static let holdStep = Duration.milliseconds(250)
+
     /// Waits until `milliseconds` past `start`, the duration read again from `current` (when it gives one) every
-    /// 100 ms at most, or less once holds are released.
-    private nonisolated func hold(from start: ContinuousClock.Instant, milliseconds: Int, current: () async -> Int?) async throws {
+    /// ``holdStep`` at most, or less once holds are released.
+    private nonisolated func hold(from start: ContinuousClock.Instant, milliseconds: Int, current: () -> Int?) async throws {
         var duration = milliseconds
         while !self.holdsAreReleased {
             let left = start.advanced(by: .milliseconds(duration)) - ContinuousClock.now
             guard left > .zero else { return }
-            try await Task.sleep(for: min(left, .milliseconds(100)))
-            if let now = await current() { duration = now }
+            try await Task.sleep(for: min(left, Self.holdStep))
+            if let now = current() { duration = now }
         }
     }
 }
